@@ -1,0 +1,33 @@
+#include <fmt/core.h>
+
+#include "commands.hpp"
+#include "fp4moe/device.hpp"
+
+namespace fp4moe::cli {
+
+void register_info(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "List the CUDA devices and their shared-memory limits");
+  cmd->callback([] {
+    std::string why;
+    const auto devices = list_devices(&why);
+    if (devices.empty()) {
+      fmt::print("no CUDA device found ({})\n", why);
+      return;
+    }
+    for (const DeviceInfo& d : devices) {
+      fmt::print("device {}: {}\n", d.index, d.name);
+      fmt::print("  compute capability  sm_{}\n", d.cc);
+      fmt::print("  SMs                 {}\n", d.sm_count);
+      fmt::print("  smem opt-in/block   {} bytes\n", d.smem_optin_per_block);
+      fmt::print("  smem per SM         {} bytes\n", d.smem_per_sm);
+      fmt::print("  smem reserved/block {} bytes\n", d.smem_reserved_per_block);
+      fmt::print("  memory              {:.1f} GiB, L2 {:.1f} MiB\n", d.global_mem_bytes / 1073741824.0,
+                 d.l2_bytes / 1048576.0);
+      fmt::print("  driver / runtime    {} / {}\n", d.driver_version, d.runtime_version);
+      for (const std::string& diff : compare_with_arch_table(d))
+        fmt::print("  note: differs from fp4moe's architecture table: {}\n", diff);
+    }
+  });
+}
+
+}  // namespace fp4moe::cli

@@ -1,0 +1,34 @@
+// What an MoE layer is: its shapes and its routing rule. Presets for the
+// models fp4moe is built for, each also in a scaled-down form for quick runs.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fp4moe {
+
+enum class Scoring { softmax, sigmoid };
+
+struct MoeConfig {
+  std::string name;
+  int64_t hidden = 0;          // H
+  int64_t intermediate = 0;    // I (per expert)
+  int64_t num_experts = 0;     // E
+  int64_t top_k = 0;           // k
+  Scoring scoring = Scoring::softmax;
+  bool renormalize = true;     // renormalise the chosen weights to sum 1
+  int64_t n_group = 1;         // group-limited top-k (sigmoid rule); 1 = no grouping
+  int64_t topk_group = 1;
+  bool use_correction_bias = false;  // e_score_correction_bias added only to choose
+  float routed_scaling_factor = 1.0f;
+  bool shared_expert = false;        // one dense expert MLP of width shared_intermediate
+  int64_t shared_intermediate = 0;
+
+  void validate() const;  // throws fp4moe::Error naming the bad field
+};
+
+// "glm5", "deepseek-v3", "mixtral", and each with "-small" for a scaled-down form.
+MoeConfig preset(const std::string& name);
+std::vector<std::string> preset_names();
+
+}  // namespace fp4moe

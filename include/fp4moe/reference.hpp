@@ -1,0 +1,60 @@
+// The CPU reference MoE layer: the oracle every GPU path is checked against.
+// Weights are dequantized exactly; every dot product accumulates in double.
+//
+// Top-k tie rule (used by the reference and every GPU router): experts are
+// ordered by score descending, and equal scores by expert id ascending; the
+// first k in that order are chosen, and reported in that order.
+// Group-limited top-k: a group's score is the sum of its two best (biased)
+// expert scores; groups are ordered the same way (score desc, group id asc).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "fp4moe/format.hpp"
+#include "fp4moe/model.hpp"
+
+namespace fp4moe {
+
+struct Routing {
+  int64_t tokens = 0, top_k = 0;
+  std::vector<int32_t> topk_ids;     // [T, k]
+  std::vector<float> topk_weights;   // [T, k]
+};
+
+// logits: fp32 [T, E]; bias: [E] (used when cfg.use_correction_bias) or empty.
+Routing route_reference(const MoeConfig& cfg, const float* logits, int64_t tokens,
+                        const std::vector<float>& correction_bias = {});
+
+// Counting sort of the T*k (token, slot) pairs by expert; inside an expert,
+// pairs keep ascending pair index t*k + j (deterministic).
+struct Permutation {
+  std::vector<int32_t> expert_offsets;  // [E+1]
+  std::vector<int32_t> permuted_pair;   // [T*k], pair index t*k + j
+};
+Permutation permute_reference(const Routing& r, int64_t num_experts);
+
+// One expert MLP, quantized. gate and up: [I, H]; down: [H, I].
+struct ExpertWeights {
+  Fp4Matrix gate, up, down;
+};
+
+struct MoeWeights {
+  std::vector<ExpertWeights> experts;      // [E]
+  std::vector<float> correction_bias;      // [E] when the model uses it
+  bool has_shared = false;
+  ExpertWeights shared;
+};
+
+// Random weights for a config: Gaussian-ish values quantized in `format`.
+MoeWeights random_moe_weights(const MoeConfig& cfg, Fp4Format format, uint64_t seed);
+
+// out[t] = sum_j w[t,j] * down(silu(gate x) * up x) (+ shared expert), fp32 [T, H].
+// x: fp32 [T, H] (callers holding bf16 convert exactly).
+std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights& w,
+                                         const float* x, int64_t tokens, const Routing& routing);
+
+// Grouped GEMM oracle used by kernel tests: y[r] = x[r] . dequant(W)^T for
+// the rows of each expert, fp64 accumulation, fp32 result.
+void expert_gemm_reference(const Fp4Matrix& w, const float* x, int64_t rows, float* y);
+
+}  // namespace fp4moe

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up, build, and run the main job on the built-in default problem.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build/release -j"$(nproc)" --target fp4moe_cli
+./build/release/bin/fp4moe run "$@"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up, build and run every test (GPU tests skip, visibly, without a GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build/release -j"$(nproc)"
+ctest --test-dir build/release --output-on-failure -j"$(nproc)"
