@@ -23,7 +23,7 @@ struct RunOptions {
 Fp4Format parse_format(const std::string& s) {
   if (s == "nvfp4") return Fp4Format::nvfp4;
   if (s == "mxfp4") return Fp4Format::mxfp4;
-  FP4MOE_CHECK(false, "--format '" << s << "' is not one of nvfp4, mxfp4");
+  throw Error("--format '" + s + "' is not one of nvfp4, mxfp4");
 }
 
 void run_reference(const RunOptions& o) {

@@ -40,8 +40,9 @@ struct Fp4Matrix {
   int64_t cols = 0;                 // K, the reduction dimension
   std::vector<uint8_t> packed;      // [rows, cols/2], element 2i in the low nibble
   std::vector<uint8_t> scales;      // [rows, cols/block] e4m3fn (nvfp4) or e8m0 (mxfp4) bits
-  // NVFP4 only: gs = 448*6/amax used when encoding; dequant multiplies by
-  // weight_scale_2 = amax/(6*448) (ModelOpt's stored convention). MXFP4: 1.
+  // NVFP4 only: gs = 448*6/amax used when encoding; dequant divides by it
+  // (e2m1 * scale / global_scale, docs/formats.md). weight_scale_2 =
+  // amax/(6*448) is ModelOpt's stored convention, kept for export. MXFP4: 1.
   float global_scale = 1.0f;
   float weight_scale_2 = 1.0f;
 
@@ -62,7 +63,7 @@ Fp4Matrix quantize_nvfp4_bf16(const uint16_t* x, int64_t rows, int64_t cols);
 Fp4Matrix quantize_mxfp4(const float* x, int64_t rows, int64_t cols);
 Fp4Matrix quantize(Fp4Format f, const float* x, int64_t rows, int64_t cols);
 
-// Dequantize to fp32 (exact: every value is e2m1 * scale * weight_scale_2 in fp32).
+// Dequantize to fp32: every value is fl(e2m1 * scale / global_scale) (e2m1 * scale is exact).
 std::vector<float> dequantize(const Fp4Matrix& m);
 
 // ---- scale layouts --------------------------------------------------------

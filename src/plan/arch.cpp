@@ -44,7 +44,7 @@ const Arch& find_arch(std::string_view name) {
   }
   std::string known;
   for (const Arch& a : kArchs) known += (known.empty() ? "" : ", ") + std::string(a.name);
-  FP4MOE_CHECK(false, "unknown architecture '" << name << "' (known: " << known << ")");
+  throw Error("unknown architecture '" + std::string(name) + "' (known: " + known + ")");
 }
 
 }  // namespace fp4moe::plan

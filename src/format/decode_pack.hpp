@@ -1,0 +1,66 @@
+// The prepared ("decode") weight layout and its bit-level unpacking, shared by
+// the host packer (src/format/prepare_decode.cpp) and the GPU kernels.
+//
+// Layout of one projection of E experts, W_e [N, K]:
+//   weights [E][N/16][K/64][32 lanes][16 bytes]   (one 16-byte load per lane)
+//   scales  [E][N/16][K/128][8 quads][8 steps][2] (one 16-byte load per lane quad)
+// Lane l of a warp owning rows r0..r0+15 holds, for k16 step t of a k64 granule,
+// one 32-bit word with the 8 codes of its mma.m16n8k16 A fragment:
+//   reg 0: (r0+l/4,   k0+c, k0+c+1)    reg 1: (r0+l/4+8, k0+c, k0+c+1)
+//   reg 2: (r0+l/4,   k0+c+8, k0+c+9)  reg 3: (r0+l/4+8, k0+c+8, k0+c+9)
+// with c = 2*(l%4), k0 = 16 t. The codes sit where a few shifts and masks turn
+// them into bf16 bit patterns sign<<15 | mag<<6 (the value times 2^-126, exact
+// including the e2m1 subnormal 0.5), so dequantization needs no table lookup.
+#pragma once
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define FP4MOE_HD __host__ __device__ __forceinline__
+#else
+#define FP4MOE_HD inline
+#endif
+
+namespace fp4moe::pack {
+
+// Bit positions in the word of each code's bits {sign, m2, m1, m0},
+// per A register (0..3) and half (0 = low bf16, 1 = high bf16).
+struct CodeBits { int sign, m2, m1, m0; };
+inline constexpr CodeBits kCodeBits[4][2] = {
+    {{15, 8, 7, 6}, {31, 24, 23, 22}},   // reg 0: w & M
+    {{12, 5, 4, 3}, {28, 21, 20, 19}},   // reg 1: (w << 3) & M
+    {{9, 2, 1, 0}, {25, 18, 17, 16}},    // reg 2: (w << 6) & M
+    {{14, 13, 11, 10}, {30, 29, 27, 26}} // reg 3: gathered from the bits left over
+};
+inline constexpr uint32_t kBf16PairMask = 0x81C081C0u;  // sign 15/31, magnitude 8:6 / 24:22
+
+// The four bf16x2 patterns (value * 2^-126) of one word.
+FP4MOE_HD void unpack_word(uint32_t w, uint32_t out[4]) {
+  out[0] = w & kBf16PairMask;
+  out[1] = (w << 3) & kBf16PairMask;
+  out[2] = (w << 6) & kBf16PairMask;
+  out[3] = ((w >> 4) & 0x00C000C0u) | ((w >> 5) & 0x01000100u) | ((w << 1) & 0x80008000u);
+}
+
+// Place a 4-bit e2m1 code for (reg, half) into a word.
+constexpr uint32_t place_code(uint32_t word, int reg, int half, uint8_t code) {
+  const CodeBits b = kCodeBits[reg][half];
+  word |= uint32_t((code >> 3) & 1) << b.sign;
+  word |= uint32_t((code >> 2) & 1) << b.m2;
+  word |= uint32_t((code >> 1) & 1) << b.m1;
+  word |= uint32_t(code & 1) << b.m0;
+  return word;
+}
+
+// The fixed power of two folded out of the product pattern * scale so that
+// both stay normal and exact in bf16: pattern = v * 2^-126, scale operand =
+// s * 2^116, product = v * s * 2^-10; the accumulator is multiplied by 2^10.
+inline constexpr float kScaleOperandExp2 = 116.0f;
+inline constexpr float kAccumulatorFactor = 1024.0f;
+// MXFP4 scales up to 2^11 keep s * 2^116 finite in bf16; the packer rejects larger.
+inline constexpr int kMaxE8m0Byte = 127 + 11;
+
+inline constexpr int kLanes = 32;
+inline constexpr int kWeightGranuleBytes = 512;  // 32 lanes x 16 bytes = 16 rows x 64 k
+inline constexpr int kScaleGranuleBytes = 128;   // 8 quads x 8 steps x 2 rows = 16 rows x 128 k
+
+}  // namespace fp4moe::pack

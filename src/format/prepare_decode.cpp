@@ -1,0 +1,135 @@
+#include "format/prepare_decode.hpp"
+
+#include <cstring>
+
+#include "format/decode_pack.hpp"
+#include "fp4moe/error.hpp"
+
+namespace fp4moe {
+namespace {
+
+// Where W[row, col] lives: granule, lane, word and (reg, half) of decode_pack.hpp.
+struct Slot {
+  int64_t granule_byte;  // byte offset of the lane's word inside the expert's weights
+  int reg, half;
+};
+
+Slot weight_slot(int64_t k, int64_t row, int64_t col) {
+  const int64_t rg = row / 16, rr = row % 16;
+  const int64_t kc = col / 64, kin = col % 64;
+  const int64_t t = kin / 16, kk = kin % 16;   // k16 step, column inside it
+  const int64_t r = rr % 8, upper_rows = rr / 8;
+  const int64_t c = kk % 8, upper_cols = kk / 8;
+  const int64_t lane = r * 4 + c / 2;
+  Slot s;
+  s.reg = static_cast<int>(upper_rows + 2 * upper_cols);
+  s.half = static_cast<int>(c % 2);
+  s.granule_byte = ((rg * (k / 64) + kc) * pack::kLanes + lane) * 16 + t * 4;
+  return s;
+}
+
+int64_t scale_byte_offset(int64_t k, int64_t row, int64_t col) {
+  const int64_t rg = row / 16, rr = row % 16;
+  const int64_t kc = col / 128, step = (col % 128) / 16;
+  const int64_t quad = rr % 8, upper = rr / 8;
+  return (rg * (k / 128) + kc) * pack::kScaleGranuleBytes + quad * 16 + step * 2 + upper;
+}
+
+uint8_t scale_byte_of(const Fp4Matrix& m, int64_t row, int64_t col) {
+  return m.scales[static_cast<size_t>(row * m.scale_cols() + col / m.block_size())];
+}
+
+}  // namespace
+
+PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts) {
+  FP4MOE_CHECK(!experts.empty(), "prepare_decode_weights: no experts given");
+  const Fp4Matrix& first = experts[0];
+  PreparedExpertWeights p;
+  p.format = first.format;
+  p.experts = static_cast<int64_t>(experts.size());
+  p.n = first.rows;
+  p.k = first.cols;
+  FP4MOE_CHECK(p.n > 0 && p.n % 16 == 0, "prepare_decode_weights: N = " << p.n << " is not a positive multiple of 16");
+  FP4MOE_CHECK(p.k > 0 && p.k % 128 == 0, "prepare_decode_weights: K = " << p.k << " is not a positive multiple of 128");
+  p.weights.assign(static_cast<size_t>(p.experts * p.weight_bytes_per_expert()), 0);
+  p.scales.assign(static_cast<size_t>(p.experts * p.scale_bytes_per_expert()), 0);
+  p.dequant_scale.resize(static_cast<size_t>(p.experts));
+
+  for (int64_t e = 0; e < p.experts; ++e) {
+    const Fp4Matrix& m = experts[static_cast<size_t>(e)];
+    FP4MOE_CHECK(m.format == p.format, "prepare_decode_weights: expert " << e << " is " << to_string(m.format)
+                                                                        << ", expert 0 is " << to_string(p.format));
+    FP4MOE_CHECK(m.rows == p.n && m.cols == p.k, "prepare_decode_weights: expert " << e << " is [" << m.rows << ", "
+                                                   << m.cols << "], expert 0 is [" << p.n << ", " << p.k << "]");
+    FP4MOE_CHECK(m.packed.size() == size_t(m.rows * m.cols / 2) && m.scales.size() == size_t(m.rows * m.scale_cols()),
+                 "prepare_decode_weights: expert " << e << " has " << m.packed.size() << " weight bytes and "
+                                                   << m.scales.size() << " scale bytes for [" << m.rows << ", " << m.cols << "]");
+    uint8_t* w = p.weights.data() + e * p.weight_bytes_per_expert();
+    uint8_t* s = p.scales.data() + e * p.scale_bytes_per_expert();
+    for (int64_t row = 0; row < p.n; ++row) {
+      for (int64_t col = 0; col < p.k; ++col) {
+        const Slot slot = weight_slot(p.k, row, col);
+        uint32_t word;
+        std::memcpy(&word, w + slot.granule_byte, 4);
+        word = pack::place_code(word, slot.reg, slot.half, m.code(row, col));
+        std::memcpy(w + slot.granule_byte, &word, 4);
+      }
+      for (int64_t col = 0; col < p.k; col += 16) {
+        const uint8_t b = scale_byte_of(m, row, col);
+        if (p.format == Fp4Format::mxfp4)
+          FP4MOE_CHECK(b <= pack::kMaxE8m0Byte, "prepare_decode_weights: expert " << e << " row " << row << " column "
+                                                 << col << ": MXFP4 scale 2^" << int(b) - 127
+                                                 << " exceeds the decode kernel's range (at most 2^11)");
+        s[scale_byte_offset(p.k, row, col)] = b;
+      }
+    }
+    p.dequant_scale[static_cast<size_t>(e)] = m.weight_scale_2 * pack::kAccumulatorFactor;
+  }
+  return p;
+}
+
+Fp4Matrix stack_rows(std::span<const Fp4Matrix* const> parts, int64_t interleave) {
+  FP4MOE_CHECK(!parts.empty(), "stack_rows: no matrices given");
+  const Fp4Matrix& a = *parts[0];
+  Fp4Matrix out;
+  out.format = a.format;
+  out.cols = a.cols;
+  out.global_scale = a.global_scale;
+  out.weight_scale_2 = a.weight_scale_2;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Fp4Matrix& m = *parts[i];
+    FP4MOE_CHECK(m.format == a.format && m.cols == a.cols && m.rows == a.rows,
+                 "stack_rows: part " << i << " is " << to_string(m.format) << " [" << m.rows << ", " << m.cols
+                                     << "], part 0 is " << to_string(a.format) << " [" << a.rows << ", " << a.cols << "]");
+    FP4MOE_CHECK(m.weight_scale_2 == a.weight_scale_2,
+                 "stack_rows: part " << i << " has weight_scale_2 " << m.weight_scale_2 << ", part 0 has "
+                                     << a.weight_scale_2 << " (one dequant scale per stacked matrix)");
+    out.rows += m.rows;
+  }
+  const int64_t block = interleave > 0 ? interleave : a.rows;
+  FP4MOE_CHECK(a.rows % block == 0, "stack_rows: interleave " << interleave << " does not divide " << a.rows << " rows");
+  const int64_t row_bytes = a.cols / 2, srow_bytes = a.scale_cols();
+  out.packed.reserve(static_cast<size_t>(out.rows * row_bytes));
+  out.scales.reserve(static_cast<size_t>(out.rows * srow_bytes));
+  for (int64_t r0 = 0; r0 < a.rows; r0 += block)
+    for (const Fp4Matrix* m : parts) {
+      out.packed.insert(out.packed.end(), m->packed.begin() + r0 * row_bytes, m->packed.begin() + (r0 + block) * row_bytes);
+      out.scales.insert(out.scales.end(), m->scales.begin() + r0 * srow_bytes, m->scales.begin() + (r0 + block) * srow_bytes);
+    }
+  return out;
+}
+
+uint8_t prepared_code(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col) {
+  const Slot slot = weight_slot(p.k, row, col);
+  uint32_t word;
+  std::memcpy(&word, p.weights.data() + e * p.weight_bytes_per_expert() + slot.granule_byte, 4);
+  const pack::CodeBits b = pack::kCodeBits[slot.reg][slot.half];
+  return static_cast<uint8_t>(((word >> b.sign) & 1) << 3 | ((word >> b.m2) & 1) << 2 | ((word >> b.m1) & 1) << 1 |
+                              ((word >> b.m0) & 1));
+}
+
+uint8_t prepared_scale_byte(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col) {
+  return p.scales[static_cast<size_t>(e * p.scale_bytes_per_expert() + scale_byte_offset(p.k, row, col))];
+}
+
+}  // namespace fp4moe

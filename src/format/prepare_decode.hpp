@@ -1,0 +1,38 @@
+// The one-time prepare step: ModelOpt-layout FP4 experts -> the decode layout.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "fp4moe/format.hpp"
+
+namespace fp4moe {
+
+// One projection (e.g. all experts' W13 or W2) in the decode layout of
+// src/format/decode_pack.hpp. Scales keep their format's byte (e4m3 or e8m0);
+// MXFP4 scales are written once per 16 columns (each e8m0 byte twice).
+struct PreparedExpertWeights {
+  Fp4Format format = Fp4Format::nvfp4;
+  int64_t experts = 0, n = 0, k = 0;
+  std::vector<uint8_t> weights;       // E * N * K / 2 bytes
+  std::vector<uint8_t> scales;        // E * N * K / 16 bytes
+  std::vector<float> dequant_scale;   // [E] weight_scale_2 * 2^10 (see kAccumulatorFactor)
+
+  int64_t weight_bytes_per_expert() const { return n * k / 2; }
+  int64_t scale_bytes_per_expert() const { return n * k / 16; }
+};
+
+// All experts must share format and shape; N a multiple of 16, K of 128.
+// Throws fp4moe::Error naming the expert and the bad value.
+PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts);
+
+// Stack several matrices of one expert along N (e.g. gate and up) before preparing.
+// Row blocks of `interleave` rows alternate between the parts (0 = plain concatenation).
+Fp4Matrix stack_rows(std::span<const Fp4Matrix* const> parts, int64_t interleave = 0);
+
+// Inverse of the packing for one element (tests and debugging): the e2m1 code
+// and the scale byte the prepared layout holds for W_e[row, col].
+uint8_t prepared_code(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col);
+uint8_t prepared_scale_byte(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col);
+
+}  // namespace fp4moe

@@ -1,0 +1,323 @@
+// Decode grouped GEMM: Y = X . dequant(W_e)^T for the few tokens of each expert.
+//
+// Why it is shaped this way (see docs/kernels.md for the numbers):
+// - Memory-bound: the weights are the big operand, so each CTA streams a
+//   [bm x K] slice of one expert's FP4 weights through a cp.async ring of
+//   `stages` shared-memory stages exactly once, for all of that expert's tokens
+//   (up to nt of them), and the tokens' activation rows are gathered by index
+//   into the same stages.
+// - Swap AB: the weight rows are the mma's M (16 per m16 tile), tokens its N
+//   (8 per n8 tile), so 1..64 tokens waste at most 7 columns.
+// - FP4 -> bf16 with shifts and masks (decode_pack.hpp), times the block scale
+//   in bf16x2 (exact), fp32 accumulation; the per-expert global scale is
+//   applied once in the epilogue.
+// - Persistent grid over (token chunk, N tile) work items, scheduled from the
+//   device-side expert offsets: no host read-back, graph-capture safe.
+#include <cuda_bf16.h>
+
+#include <array>
+#include <mutex>
+#include <utility>
+
+#include "format/decode_pack.hpp"
+#include "fp4moe/device.hpp"
+#include "kernels/decode_grouped_gemm.hpp"
+#include "kernels/mma_sm80.cuh"
+#include "plan/arch.hpp"
+#include "plan/decode_layout.hpp"
+#include "plan/decode_plan.hpp"
+#include "runtime/cuda_check.hpp"
+
+namespace fp4moe::kernels {
+namespace {
+
+using plan::DecodeSmemLayout;
+
+struct KernelParams {
+  const uint8_t* weights;
+  const uint8_t* scales;
+  const float* dequant_scale;
+  const __nv_bfloat16* x;
+  const int32_t* gather;
+  const int32_t* expert_offsets;
+  __nv_bfloat16* y;
+  int64_t n, k;
+  int num_experts;
+  int stages;
+  int mxfp4;
+};
+
+// Block-scale byte -> bf16 operand s * 2^116 (see decode_pack.hpp), both lanes of a bf16x2.
+__device__ __forceinline__ uint32_t scale_operand(uint32_t byte, bool mxfp4) {
+  float s;
+  if (mxfp4) {
+    s = __uint_as_float((byte + 116u) << 23);  // 2^(byte-127) * 2^116; byte <= 138 (the packer checks)
+  } else {
+    // e4m3 bits at fp32's exponent/mantissa top: s * 2^-120, exact also for e4m3 subnormals.
+    s = __uint_as_float(byte << 20) * 0x1p120f * 0x1p116f;
+  }
+  const __nv_bfloat16 b = __float2bfloat16_rn(s);
+  const uint32_t u = __bfloat16_as_ushort(b);
+  return u | (u << 16);
+}
+
+template <int TileIndex>
+__global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
+    decode_grouped_gemm_kernel(const KernelParams p) {
+  constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];
+  constexpr DecodeSmemLayout L{T};
+  constexpr int kThreads = T.threads();
+  constexpr int MT = T.warp_m_tiles;
+  constexpr int NT8 = T.n8_tiles();
+  constexpr int kRowGroups = T.bm / 16;
+  constexpr int kWGranPerStage = T.bk / 64;    // weight granules per row group per stage
+  constexpr int kSGranPerStage = T.bk / 128;   // scale granules per row group per stage
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int stages = p.stages;
+  int32_t* tile_prefix = reinterpret_cast<int32_t*>(smem + L.scheduler_offset(stages));
+  __nv_bfloat16* epi = reinterpret_cast<__nv_bfloat16*>(smem + L.epilogue_offset(stages));
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int E = p.num_experts;
+
+  // ---- scheduler: token chunks per expert, prefix-summed in shared memory ----
+  if (tid == 0) tile_prefix[0] = 0;
+  {
+    // Each warp scans 32 experts at a time; warps take turns so the prefix is sequential.
+    // E <= 1024 and this runs once per CTA: a few hundred cycles.
+    if (warp == 0) {
+      int carry = 0;
+      for (int base = 0; base < E; base += 32) {
+        const int e = base + lane;
+        int c = 0;
+        if (e < E) {
+          const int cnt = p.expert_offsets[e + 1] - p.expert_offsets[e];
+          c = (cnt + T.nt - 1) / T.nt;
+        }
+        int incl = c;
+#pragma unroll
+        for (int o = 1; o < 32; o *= 2) {
+          const int v = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += v;
+        }
+        if (e < E) tile_prefix[e + 1] = carry + incl;
+        carry += __shfl_sync(0xffffffffu, incl, 31);
+      }
+    }
+  }
+  __syncthreads();
+  const int total_chunks = tile_prefix[E];
+  const int n_tiles = static_cast<int>(p.n / T.bm);
+  const int total_items = total_chunks * n_tiles;
+  const int KT = static_cast<int>(p.k / T.bk);
+  const int64_t w_expert_bytes = p.n * p.k / 2, s_expert_bytes = p.n * p.k / 16;
+  const int64_t w_rowgroup_bytes = (p.k / 64) * pack::kWeightGranuleBytes;
+  const int64_t s_rowgroup_bytes = (p.k / 128) * pack::kScaleGranuleBytes;
+
+  for (int item = blockIdx.x; item < total_items; item += gridDim.x) {
+    const int chunk = item % total_chunks;
+    const int ntile = item / total_chunks;
+    // expert owning this chunk: last e with tile_prefix[e] <= chunk
+    int lo = 0, hi = E;
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (tile_prefix[mid] <= chunk) lo = mid; else hi = mid;
+    }
+    const int e = lo;
+    const int row0 = p.expert_offsets[e] + (chunk - tile_prefix[e]) * T.nt;
+    const int rows = min(T.nt, p.expert_offsets[e + 1] - row0);
+
+    const uint8_t* wsrc = p.weights + e * w_expert_bytes + int64_t(ntile) * kRowGroups * w_rowgroup_bytes;
+    const uint8_t* ssrc = p.scales + e * s_expert_bytes + int64_t(ntile) * kRowGroups * s_rowgroup_bytes;
+
+    auto load_stage = [&](int slot, int kt) {
+      uint8_t* st = smem + slot * L.smem_bytes_per_stage();
+      // weights: kRowGroups x kWGranPerStage granules of 512 bytes, contiguous per row group
+      constexpr int kWChunks = kRowGroups * kWGranPerStage * 32;  // 16-byte pieces
+      for (int i = tid; i < kWChunks; i += kThreads) {
+        const int rg = i / (kWGranPerStage * 32), rem = i % (kWGranPerStage * 32);
+        ptx::cp_async_16(st + L.weight_offset() + int64_t(i) * 16,
+                    wsrc + rg * w_rowgroup_bytes + int64_t(kt) * kWGranPerStage * 512 + rem * 16);
+      }
+      constexpr int kSChunks = kRowGroups * kSGranPerStage * 8;
+      for (int i = tid; i < kSChunks; i += kThreads) {
+        const int rg = i / (kSGranPerStage * 8), rem = i % (kSGranPerStage * 8);
+        ptx::cp_async_16(st + L.scale_offset() + int64_t(i) * 16,
+                    ssrc + rg * s_rowgroup_bytes + int64_t(kt) * kSGranPerStage * 128 + rem * 16);
+      }
+      constexpr int kXPiecesPerRow = T.bk * 2 / 16;
+      for (int i = tid; i < T.nt * kXPiecesPerRow; i += kThreads) {
+        const int r = i / kXPiecesPerRow, piece = i % kXPiecesPerRow;
+        const bool live = r < rows;
+        const int64_t xrow = live ? (p.gather ? p.gather[row0 + r] : row0 + r) : 0;
+        ptx::cp_async_16(st + L.act_offset() + r * L.act_row_stride() + piece * 16,
+                    p.x + xrow * p.k + int64_t(kt) * T.bk + piece * 8, live ? 16 : 0);
+      }
+    };
+
+    float acc[MT][NT8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < NT8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[mt][j][q] = 0.f;
+
+    for (int s = 0; s < stages - 1; ++s) {
+      if (s < KT) load_stage(s, s);
+      ptx::cp_async_commit();
+    }
+
+    for (int kt = 0; kt < KT; ++kt) {
+      ptx::cp_async_wait_dynamic(stages - 2);
+      __syncthreads();
+      {
+        const int next = kt + stages - 1;
+        if (next < KT) load_stage(next % stages, next);
+        ptx::cp_async_commit();
+      }
+      const uint8_t* st = smem + (kt % stages) * L.smem_bytes_per_stage();
+      const uint8_t* wst = st + L.weight_offset();
+      const uint8_t* sst = st + L.scale_offset();
+      const uint8_t* xst = st + L.act_offset();
+
+#pragma unroll
+      for (int kk = 0; kk < kWGranPerStage; ++kk) {
+        uint4 wq[MT], sq[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int rg = warp * MT + mt;
+          wq[mt] = *reinterpret_cast<const uint4*>(wst + (rg * kWGranPerStage + kk) * 512 + lane * 16);
+          sq[mt] = *reinterpret_cast<const uint4*>(sst + (rg * kSGranPerStage + kk / 2) * 128 + (lane / 4) * 16);
+        }
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const int step = (kk % 2) * 4 + t;  // k16 step inside the k128 scale granule
+          uint32_t a[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            const uint32_t word = t == 0 ? wq[mt].x : t == 1 ? wq[mt].y : t == 2 ? wq[mt].z : wq[mt].w;
+            const uint32_t sword = (step / 2) == 0 ? sq[mt].x : (step / 2) == 1 ? sq[mt].y : (step / 2) == 2 ? sq[mt].z : sq[mt].w;
+            const uint32_t sb_lo = (sword >> ((step % 2) * 16)) & 0xFF;
+            const uint32_t sb_hi = (sword >> ((step % 2) * 16 + 8)) & 0xFF;
+            const uint32_t s_lo = scale_operand(sb_lo, p.mxfp4), s_hi = scale_operand(sb_hi, p.mxfp4);
+            uint32_t pat[4];
+            pack::unpack_word(word, pat);
+            a[mt][0] = ptx::mul_bf16x2(pat[0], s_lo);
+            a[mt][1] = ptx::mul_bf16x2(pat[1], s_hi);
+            a[mt][2] = ptx::mul_bf16x2(pat[2], s_lo);
+            a[mt][3] = ptx::mul_bf16x2(pat[3], s_hi);
+          }
+          const int kofs = kk * 64 + t * 16;
+#pragma unroll
+          for (int j = 0; j < NT8; j += 2) {
+            uint32_t b[4];
+            if constexpr (NT8 == 1) {
+              const int r = lane % 8, kh = (lane / 8) % 2;
+              ptx::ldmatrix_x2(b, xst + r * L.act_row_stride() + (kofs + kh * 8) * 2);
+            } else {
+              const int r = j * 8 + (lane % 8) + (lane / 16) * 8, kh = (lane / 8) % 2;
+              ptx::ldmatrix_x4(b, xst + r * L.act_row_stride() + (kofs + kh * 8) * 2);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              ptx::mma_bf16_16816(acc[mt][j], a[mt], b);
+              if constexpr (NT8 > 1) ptx::mma_bf16_16816(acc[mt][j + 1], a[mt], b + 2);
+            }
+          }
+        }
+      }
+    }
+    ptx::cp_async_wait<0>();
+
+    // ---- epilogue: scale, round to bf16, stage [nt][bm], store whole rows ----
+    const float gs = p.dequant_scale[e];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int f = (warp * MT + mt) * 16 + lane / 4;
+#pragma unroll
+      for (int j = 0; j < NT8; ++j) {
+        const int tok = j * 8 + (lane % 4) * 2;
+        const int stride = static_cast<int>(L.epilogue_row_stride() / 2);
+        epi[tok * stride + f] = __float2bfloat16_rn(acc[mt][j][0] * gs);
+        epi[(tok + 1) * stride + f] = __float2bfloat16_rn(acc[mt][j][1] * gs);
+        epi[tok * stride + f + 8] = __float2bfloat16_rn(acc[mt][j][2] * gs);
+        epi[(tok + 1) * stride + f + 8] = __float2bfloat16_rn(acc[mt][j][3] * gs);
+      }
+    }
+    __syncthreads();
+    constexpr int kPiecesPerRow = T.bm * 2 / 16;
+    for (int i = tid; i < rows * kPiecesPerRow; i += kThreads) {
+      const int r = i / kPiecesPerRow, piece = i % kPiecesPerRow;
+      const uint4 v = *reinterpret_cast<const uint4*>(reinterpret_cast<const uint8_t*>(epi) + r * L.epilogue_row_stride() + piece * 16);
+      *reinterpret_cast<uint4*>(p.y + int64_t(row0 + r) * p.n + int64_t(ntile) * T.bm + piece * 8) = v;
+    }
+    __syncthreads();  // the stages and the staging tile are reused by the next item
+  }
+}
+
+using KernelFn = void (*)(KernelParams);
+
+template <int... I>
+constexpr std::array<KernelFn, sizeof...(I)> make_kernel_table(std::integer_sequence<int, I...>) {
+  return {&decode_grouped_gemm_kernel<I>...};
+}
+constexpr auto kKernels = make_kernel_table(std::make_integer_sequence<int, plan::kNumDecodeTiles>{});
+
+struct DeviceState {
+  int device = -1, sm_count = 0, cc = 0;
+  int64_t capacity = 0;
+};
+
+const DeviceState& current_device() {
+  static thread_local DeviceState s;
+  int dev = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  if (s.device != dev) {
+    s.device = dev;
+    int v = 0;
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    s.sm_count = v;
+    int ma = 0, mi = 0;
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev));
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev));
+    s.cc = ma * 10 + mi;
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    s.capacity = v;
+  }
+  return s;
+}
+
+}  // namespace
+
+int64_t decode_launch_smem_bytes(const DecodeLaunch& launch) {
+  FP4MOE_CHECK(launch.tile >= 0 && launch.tile < plan::kNumDecodeTiles,
+               "decode tile index " << launch.tile << " is outside 0.." << plan::kNumDecodeTiles - 1);
+  return plan::decode_layout(launch.tile).total_bytes(launch.stages);
+}
+
+void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& launch, cudaStream_t stream) {
+  const DeviceState& dev = current_device();
+  FP4MOE_CHECK(a.num_experts >= 1 && a.num_experts <= DecodeSmemLayout::kMaxExperts,
+               "decode GEMM: num_experts = " << a.num_experts << " is outside 1.." << DecodeSmemLayout::kMaxExperts);
+  FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.x && a.expert_offsets && a.y,
+               "decode GEMM: a device pointer is null (weights, scales, dequant_scale, x, expert_offsets and y are required)");
+  // The planner decides whether this launch may run; nothing it rejects is launched.
+  const plan::SmemPlan pl = plan::plan_decode_tile(launch.tile, a.n, a.k, dev.capacity, launch.stages);
+  FP4MOE_CHECK(pl.fits, "decode GEMM: the planner rejects this launch: " << pl.explanation);
+  const int64_t smem = pl.smem_bytes;
+  const KernelFn fn = kKernels[static_cast<size_t>(launch.tile)];
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  int per_sm = 0;
+  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, plan::kDecodeTiles[launch.tile].threads(),
+                                                                  static_cast<size_t>(smem)));
+  FP4MOE_CHECK(per_sm >= 1, "decode GEMM: tile " << launch.tile << " with " << smem << " bytes of shared memory cannot be resident");
+  const int grid = launch.grid > 0 ? launch.grid : per_sm * dev.sm_count;
+  KernelParams kp{a.weights, a.scales, a.dequant_scale, a.x, a.gather, a.expert_offsets, a.y,
+                  a.n, a.k, static_cast<int>(a.num_experts), pl.stages, a.format == Fp4Format::mxfp4 ? 1 : 0};
+  fn<<<grid, plan::kDecodeTiles[launch.tile].threads(), static_cast<size_t>(smem), stream>>>(kp);
+  FP4MOE_CHECK_LAUNCH("decode_grouped_gemm");
+}
+
+}  // namespace fp4moe::kernels

@@ -1,0 +1,100 @@
+// The decode grouped GEMM's tile configurations and shared-memory layout.
+//
+// This header is the one source of truth: the kernel (src/kernels/decode_grouped_gemm.cu)
+// allocates its dynamic shared memory from DecodeSmemLayout, and the planner
+// (src/plan/decode_plan.cpp) reports the same terms. Host and device compile it.
+//
+// The kernel computes Y^T = W * X^T ("swap AB"): weight rows fill the MMA's
+// M dimension, the few tokens of an expert fill N. One CTA owns `bm` weight
+// rows and `nt` tokens of one expert and walks K in steps of `bk`.
+#pragma once
+#include <cstdint>
+
+namespace fp4moe::plan {
+
+struct DecodeTile {
+  int bm;           // weight rows (output features) per CTA; 16 * warp_m_tiles per warp
+  int nt;           // token columns per CTA (multiple of 8)
+  int bk;           // K elements per pipeline stage (multiple of 128)
+  int warp_m_tiles; // m16 tiles per warp: B fragments are reused this many times
+  int max_stages;
+
+  constexpr int warps() const { return bm / (16 * warp_m_tiles); }
+  constexpr int threads() const { return warps() * 32; }
+  constexpr int n8_tiles() const { return nt / 8; }
+};
+
+// The one list of decode configurations: kernels are instantiated from it, the
+// planner plans it, the tuner times it and the tests check it. Append to extend.
+inline constexpr DecodeTile kDecodeTiles[] = {
+    {128, 8, 256, 1, 8},   // 1..8 tokens per expert
+    {128, 16, 256, 1, 8},  // 9..16
+    {128, 32, 256, 1, 6},  // 17..32
+    {128, 64, 256, 2, 6},  // 33..64: two m16 tiles per warp halve B-fragment traffic
+    {64, 8, 256, 1, 8},    // few experts active: more CTAs per expert
+    {128, 64, 128, 2, 8},  // small-capacity targets (sm_86/89/120): shorter stages
+};
+inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
+
+// Prepared weight layout granules (see src/format/decode_pack.hpp).
+inline constexpr int kWeightGranuleK = 64;    // one 16-byte load per lane covers k64 of 2 rows
+inline constexpr int kScaleGranuleK = 128;    // one 16-byte scale load per lane quad covers k128
+inline constexpr int kSmemAlign = 128;
+
+constexpr int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+struct DecodeSmemLayout {
+  DecodeTile tile;
+
+  // --- one pipeline stage ---
+  constexpr int64_t weight_bytes_per_stage() const { return int64_t(tile.bm) * tile.bk / 2; }
+  constexpr int64_t scale_bytes_per_stage() const { return int64_t(tile.bm) * tile.bk / 16; }
+  // Activation rows are padded by 16 bytes so ldmatrix's 8 row addresses hit 8 different bank groups.
+  constexpr int64_t act_row_stride() const { return int64_t(tile.bk) * 2 + 16; }
+  constexpr int64_t act_bytes_per_stage() const { return int64_t(tile.nt) * act_row_stride(); }
+  constexpr int64_t act_padding_per_stage() const { return int64_t(tile.nt) * 16; }
+  constexpr int64_t smem_bytes_per_stage() const {
+    return align_up(weight_bytes_per_stage() + scale_bytes_per_stage() + act_bytes_per_stage(), kSmemAlign);
+  }
+  constexpr int64_t stage_alignment_padding() const {
+    return smem_bytes_per_stage() - (weight_bytes_per_stage() + scale_bytes_per_stage() + act_bytes_per_stage());
+  }
+  // Offsets inside a stage.
+  constexpr int64_t weight_offset() const { return 0; }
+  constexpr int64_t scale_offset() const { return weight_bytes_per_stage(); }
+  constexpr int64_t act_offset() const { return weight_bytes_per_stage() + scale_bytes_per_stage(); }
+
+  // --- epilogue: bf16 output tile [nt][bm] staged for coalesced row stores ---
+  constexpr int64_t epilogue_row_stride() const { return int64_t(tile.bm) * 2 + 16; }
+  constexpr int64_t epilogue_bytes() const { return align_up(int64_t(tile.nt) * epilogue_row_stride(), kSmemAlign); }
+  // --- fixed: the per-expert tile prefix the persistent scheduler searches ---
+  static constexpr int64_t kMaxExperts = 1024;
+  constexpr int64_t scheduler_bytes() const { return align_up((kMaxExperts + 1) * 4, kSmemAlign); }
+
+  constexpr int64_t epilogue_offset(int stages) const { return stages * smem_bytes_per_stage(); }
+  constexpr int64_t scheduler_offset(int stages) const { return epilogue_offset(stages) + epilogue_bytes(); }
+  constexpr int64_t total_bytes(int stages) const { return scheduler_offset(stages) + scheduler_bytes(); }
+
+  // DESIGN.md section 4: stages = floor((capacity - epilogue - fixed) / per_stage), capped.
+  constexpr int stages_for(int64_t capacity) const {
+    const int64_t room = capacity - epilogue_bytes() - scheduler_bytes();
+    if (room < 0) return 0;
+    const int64_t s = room / smem_bytes_per_stage();
+    return static_cast<int>(s < tile.max_stages ? s : tile.max_stages);
+  }
+  static constexpr int kMinStages = 2;
+};
+
+constexpr DecodeSmemLayout decode_layout(int tile_index) { return DecodeSmemLayout{kDecodeTiles[tile_index]}; }
+
+// Compile-time sanity of the list.
+constexpr bool decode_tiles_valid() {
+  for (const DecodeTile& t : kDecodeTiles) {
+    if (t.nt % 8 || t.bk % kScaleGranuleK || t.bm % (16 * t.warp_m_tiles) || t.warps() < 1 || t.warps() > 16) return false;
+    if (t.nt % (2 * 8) && t.nt != 8) return false;  // ldmatrix.x4 covers two n8 tiles
+  }
+  return true;
+}
+static_assert(decode_tiles_valid(), "kDecodeTiles holds a tile the kernel cannot run");
+
+}  // namespace fp4moe::plan

@@ -1,0 +1,113 @@
+#include "plan/decode_plan.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include "fp4moe/error.hpp"
+
+namespace fp4moe::plan {
+
+std::string decode_tile_name(int tile_index) {
+  FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumDecodeTiles,
+               "decode tile index " << tile_index << " is outside 0.." << kNumDecodeTiles - 1);
+  const DecodeTile& t = kDecodeTiles[tile_index];
+  std::ostringstream os;
+  os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles;
+  return os.str();
+}
+
+SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, int64_t capacity, int stages_request) {
+  const std::string name = decode_tile_name(tile_index);
+  const DecodeSmemLayout L = decode_layout(tile_index);
+  const DecodeTile& t = L.tile;
+  SmemPlan p;
+  p.kernel = "decode";
+  p.config = name;
+  p.capacity = capacity;
+  p.per_stage = L.smem_bytes_per_stage();
+  p.min_stages = DecodeSmemLayout::kMinStages;
+  p.max_stages = t.max_stages;
+  const int auto_stages = L.stages_for(capacity);
+  p.stages = stages_request > 0 ? stages_request : auto_stages;
+  p.smem_bytes = L.total_bytes(p.stages);
+  p.headroom = capacity - p.smem_bytes;
+
+  const std::string xs = " x " + std::to_string(p.stages) + " stages";
+  p.terms = {
+      {"weights (FP4)", L.weight_bytes_per_stage() * p.stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 2" + xs},
+      {"block scales", L.scale_bytes_per_stage() * p.stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 16" + xs},
+      {"activations (bf16)", (L.act_bytes_per_stage() - L.act_padding_per_stage()) * p.stages,
+       std::to_string(t.nt) + " tokens x " + std::to_string(t.bk) + " k x 2" + xs},
+      {"activation row padding", L.act_padding_per_stage() * p.stages, "16 bytes per row against ldmatrix bank conflicts" + xs},
+      {"stage alignment padding", L.stage_alignment_padding() * p.stages, "stages start on 128 bytes" + xs},
+      {"pipeline barriers", 0, "cp.async groups need no mbarrier"},
+      {"epilogue staging (bf16)", L.epilogue_bytes(), std::to_string(t.nt) + " tokens x (" + std::to_string(t.bm) + " x 2 + 16)"},
+      {"scheduler prefix", L.scheduler_bytes(), "(1024 experts + 1) x 4, token chunks per expert"},
+      {"runtime reservation", 1024, "per block, outside the opt-in capacity (sm_80+)"},
+  };
+
+  std::ostringstream why;
+  if (n % t.bm != 0 || k % t.bk != 0) {
+    p.fits = false;
+    why << name << " does not divide the problem: N = " << n << " (tile " << t.bm << "), K = " << k << " (tile " << t.bk << ")";
+    p.explanation = why.str();
+    return p;
+  }
+  if (p.stages < p.min_stages) {
+    p.fits = false;
+    why << name << ": " << p.stages << " stage(s) of " << p.per_stage << " bytes fit in " << capacity
+        << " bytes after the epilogue (" << L.epilogue_bytes() << ") and scheduler (" << L.scheduler_bytes()
+        << "); the kernel needs at least " << p.min_stages;
+    p.suggestions.push_back("a tile with a shorter K stage (bk 128) or fewer tokens per tile (nt) needs " +
+                            std::to_string(p.min_stages) + " x less per stage");
+  } else if (p.stages > p.max_stages) {
+    p.fits = false;
+    why << name << ": " << p.stages << " stages requested, the kernel supports at most " << p.max_stages;
+  } else if (p.smem_bytes > capacity) {
+    p.fits = false;
+    why << name << " with " << p.stages << " stages needs " << p.smem_bytes << " bytes; the limit is " << capacity
+        << ": launch refused";
+    p.suggestions.push_back(std::to_string(auto_stages) + " stages (" + std::to_string(L.total_bytes(auto_stages)) +
+                            " bytes) fit");
+  } else {
+    p.fits = true;
+    why << name << ": " << p.stages << " stages x " << p.per_stage << " + epilogue " << L.epilogue_bytes()
+        << " + scheduler " << L.scheduler_bytes() << " = " << p.smem_bytes << " of " << capacity << " bytes, "
+        << p.headroom << " spare";
+  }
+  p.explanation = why.str();
+  return p;
+}
+
+SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request) {
+  SmemPlan p = plan_decode_tile(tile_index, n, k, arch.smem_optin_per_block, stages_request);
+  p.arch = std::string(arch.name);
+  return p;
+}
+
+int rank_decode_tiles(int64_t n, int64_t k, int64_t capacity, double tokens_per_expert, int64_t active_experts,
+                      int sm_count) {
+  // Cover the expert's tokens in one chunk (the weights are then read once),
+  // with the fewest wasted token columns, then the deepest pipeline; prefer
+  // smaller bm when bm=128 leaves SMs idle.
+  int best = -1;
+  double best_score = -1e300;
+  for (int i = 0; i < kNumDecodeTiles; ++i) {
+    const SmemPlan p = plan_decode_tile(i, n, k, capacity);
+    if (!p.fits) continue;
+    const DecodeTile& t = kDecodeTiles[i];
+    const double want = std::min(64.0, std::max(1.0, std::ceil(tokens_per_expert * 1.5)));
+    const double chunks = std::ceil(std::max(1.0, tokens_per_expert) / t.nt);
+    const double waste = chunks * t.nt - std::max(1.0, tokens_per_expert);
+    const double items = double(active_experts) * chunks * double(n / t.bm);
+    double score = -chunks * 100.0 - waste - (t.nt < want ? 50.0 : 0.0) + std::min(p.stages, 4) * 2.0 + t.bk / 128.0;
+    if (items < 2.0 * sm_count && t.bm < 128) score += 20.0;
+    if (score > best_score) {
+      best_score = score;
+      best = i;
+    }
+  }
+  return best;
+}
+
+}  // namespace fp4moe::plan

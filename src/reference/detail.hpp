@@ -1,0 +1,48 @@
+// Private helpers shared by the CPU reference's translation units (and its
+// tests). Not part of the public API.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fp4moe/format.hpp"
+#include "fp4moe/reference.hpp"
+
+namespace fp4moe::detail {
+
+// ---- router arithmetic (fp32, bit-exact contract; docs/reference.md) ---------
+// exp(x) from IEEE fp32 operations only (multiply, rint, fma, ldexp), so a GPU
+// kernel issuing the same operations (__fmul_rn, rintf, __fmaf_rn, ldexpf)
+// gets the same bits. x > 88.5 -> +inf; x < -87 -> +0 (no subnormal results).
+float router_expf(float x);
+// 1 / (1 + router_expf(-x)), each operation one fp32 IEEE op.
+float router_sigmoidf(float x);
+
+// ---- expert MLP on exactly dequantized weights ---------------------------------
+// Shape/size checks for one quantized matrix; `what` names it in the error.
+void check_matrix(const Fp4Matrix& m, int64_t rows, int64_t cols, const std::string& what);
+
+// One expert's three projections dequantized once (fp32 values are exact).
+struct DenseExpert {
+  int64_t hidden = 0, intermediate = 0;
+  std::vector<float> gate, up;  // [I, H]
+  std::vector<float> down;      // [H, I]
+};
+DenseExpert dequantize_expert(const ExpertWeights& w, int64_t hidden, int64_t intermediate);
+
+// Double dot product, ascending k, one accumulator.
+double dot(const double* x, const float* w, int64_t n);
+
+// y[H] = down . (silu(gate . x) * (up . x)), all in double. scratch: >= I doubles.
+// The exact-math MLP: no intermediate is rounded. (GPU kernels round the
+// SwiGLU output A2 to bf16 before GEMM2; that costs ~2^-9 relative per
+// element, well inside the 1e-2 relative Frobenius tolerance of the checks.)
+void expert_mlp(const DenseExpert& e, const double* x, double* y, double* scratch);
+
+// ---- small deterministic parallel loop ------------------------------------------
+// Runs fn(i) for i in [0, n) on up to max_threads threads; the first exception
+// thrown by any fn is rethrown in the caller after all threads finish.
+void parallel_for(int64_t n, const std::function<void(int64_t)>& fn, int max_threads = 16);
+
+}  // namespace fp4moe::detail

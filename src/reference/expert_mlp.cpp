@@ -1,0 +1,71 @@
+// One expert's MLP and the grouped-GEMM oracle, on exactly dequantized
+// weights with double accumulation.
+#include <cmath>
+
+#include "fp4moe/error.hpp"
+#include "fp4moe/reference.hpp"
+#include "reference/detail.hpp"
+
+namespace fp4moe {
+namespace detail {
+
+void check_matrix(const Fp4Matrix& m, int64_t rows, int64_t cols, const std::string& what) {
+  FP4MOE_CHECK(m.format == Fp4Format::nvfp4 || m.format == Fp4Format::mxfp4,
+               what << ": format = " << static_cast<int>(m.format) << " is not nvfp4 or mxfp4");
+  FP4MOE_CHECK(m.rows == rows && m.cols == cols, what << ": shape [" << m.rows << ", " << m.cols
+                                                      << "], expected [" << rows << ", " << cols << "]");
+  FP4MOE_CHECK(m.cols % m.block_size() == 0, what << ": cols = " << m.cols << " is not a multiple of the "
+                                                  << to_string(m.format) << " block size " << m.block_size());
+  FP4MOE_CHECK(static_cast<int64_t>(m.packed.size()) == m.rows * (m.cols / 2),
+               what << ": packed has " << m.packed.size() << " bytes, expected rows * cols / 2 = "
+                    << m.rows * (m.cols / 2));
+  FP4MOE_CHECK(static_cast<int64_t>(m.scales.size()) == m.rows * m.scale_cols(),
+               what << ": scales has " << m.scales.size() << " bytes, expected rows * cols / "
+                    << m.block_size() << " = " << m.rows * m.scale_cols());
+}
+
+DenseExpert dequantize_expert(const ExpertWeights& w, int64_t hidden, int64_t intermediate) {
+  DenseExpert d;
+  d.hidden = hidden;
+  d.intermediate = intermediate;
+  d.gate = dequantize(w.gate);
+  d.up = dequantize(w.up);
+  d.down = dequantize(w.down);
+  return d;
+}
+
+double dot(const double* x, const float* w, int64_t n) {
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) acc += x[i] * static_cast<double>(w[i]);
+  return acc;
+}
+
+void expert_mlp(const DenseExpert& e, const double* x, double* y, double* scratch) {
+  const int64_t H = e.hidden, I = e.intermediate;
+  double* a = scratch;  // [I]: silu(gate . x) * (up . x)
+  for (int64_t i = 0; i < I; ++i) {
+    const double h = dot(x, e.gate.data() + i * H, H);
+    const double u = dot(x, e.up.data() + i * H, H);
+    a[i] = h / (1.0 + std::exp(-h)) * u;
+  }
+  for (int64_t n = 0; n < H; ++n) y[n] = dot(a, e.down.data() + n * I, I);
+}
+
+}  // namespace detail
+
+void expert_gemm_reference(const Fp4Matrix& w, const float* x, int64_t rows, float* y) {
+  FP4MOE_CHECK(rows >= 0, "expert_gemm_reference: rows = " << rows << " must not be negative");
+  detail::check_matrix(w, w.rows, w.cols, "expert_gemm_reference: weight");
+  if (rows == 0) return;
+  FP4MOE_CHECK(x != nullptr && y != nullptr, "expert_gemm_reference: null x or y for rows = " << rows);
+  const int64_t N = w.rows, K = w.cols;
+  const std::vector<float> wd = dequantize(w);
+  std::vector<double> xr(static_cast<size_t>(K));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < K; ++k) xr[static_cast<size_t>(k)] = static_cast<double>(x[r * K + k]);
+    for (int64_t n = 0; n < N; ++n)
+      y[r * N + n] = static_cast<float>(detail::dot(xr.data(), wd.data() + n * K, K));
+  }
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,85 @@
+// Deterministic random MoE weights. Every matrix has its own mt19937_64
+// stream derived from (seed, expert, projection), and values are built from
+// raw 64-bit draws with plain arithmetic, so the weights are the same for a
+// given seed on every platform and for any thread count.
+#include <cmath>
+#include <random>
+
+#include "fp4moe/error.hpp"
+#include "fp4moe/reference.hpp"
+#include "reference/detail.hpp"
+
+namespace fp4moe {
+
+namespace {
+
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::mt19937_64 stream(uint64_t seed, uint64_t item, uint64_t part) {
+  return std::mt19937_64(splitmix64(splitmix64(splitmix64(seed) ^ item) ^ part));
+}
+
+// Uniform in (0, 1) from the top 53 bits.
+double uniform(std::mt19937_64& g) { return (static_cast<double>(g() >> 11) + 0.5) * 0x1p-53; }
+
+// Approximately standard normal: the centred sum of four 16-bit uniforms
+// (Irwin-Hall), scaled to unit variance.
+double normalish(std::mt19937_64& g) {
+  const uint64_t b = g();
+  double s = 0.0;
+  for (int i = 0; i < 4; ++i) s += (static_cast<double>((b >> (16 * i)) & 0xFFFF) + 0.5) * 0x1p-16;
+  return (s - 2.0) * std::sqrt(3.0);
+}
+
+// [rows, cols] with std ~ 1/sqrt(cols); each row's magnitude is scaled by a
+// factor in [0.5, 2) so block scales differ from row to row.
+Fp4Matrix random_matrix(Fp4Format format, int64_t rows, int64_t cols, std::mt19937_64 g) {
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  const double base = 1.0 / std::sqrt(static_cast<double>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double sd = base * (0.5 + 1.5 * uniform(g));
+    for (int64_t c = 0; c < cols; ++c) v[static_cast<size_t>(r * cols + c)] = static_cast<float>(sd * normalish(g));
+  }
+  return quantize(format, v.data(), rows, cols);
+}
+
+ExpertWeights random_expert(Fp4Format format, int64_t H, int64_t I, uint64_t seed, uint64_t item) {
+  ExpertWeights w;
+  w.gate = random_matrix(format, I, H, stream(seed, item, 1));
+  w.up = random_matrix(format, I, H, stream(seed, item, 2));
+  w.down = random_matrix(format, H, I, stream(seed, item, 3));
+  return w;
+}
+
+}  // namespace
+
+MoeWeights random_moe_weights(const MoeConfig& cfg, Fp4Format format, uint64_t seed) {
+  cfg.validate();
+  FP4MOE_CHECK(format == Fp4Format::nvfp4 || format == Fp4Format::mxfp4,
+               "random_moe_weights: format = " << static_cast<int>(format) << " is not nvfp4 or mxfp4");
+  const int64_t E = cfg.num_experts;
+  MoeWeights w;
+  w.experts.resize(static_cast<size_t>(E));
+  w.has_shared = cfg.shared_expert;
+  detail::parallel_for(E + (cfg.shared_expert ? 1 : 0), [&](int64_t e) {
+    if (e == E)
+      w.shared = random_expert(format, cfg.hidden, cfg.shared_intermediate, seed, static_cast<uint64_t>(E) + 1000);
+    else
+      w.experts[static_cast<size_t>(e)] = random_expert(format, cfg.hidden, cfg.intermediate, seed, static_cast<uint64_t>(e));
+  });
+  if (cfg.use_correction_bias) {
+    // Small biases, comparable to the spread of sigmoid scores near 0.5, so
+    // they do change some choices.
+    std::mt19937_64 g = stream(seed, 0xB1A5, 0);
+    w.correction_bias.resize(static_cast<size_t>(E));
+    for (float& b : w.correction_bias) b = static_cast<float>(0.1 * (2.0 * uniform(g) - 1.0));
+  }
+  return w;
+}
+
+}  // namespace fp4moe
