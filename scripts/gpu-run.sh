@@ -24,7 +24,7 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     "$BIN/bench_decode_gemm" --out "$OUT/bench_decode.json" 2>&1 | tee "$OUT/bench_decode.log"
     summary+=("bench_decode_gemm: rc=${PIPESTATUS[0]}")
     if python3 -c 'import torch' 2>/dev/null; then
-      python3 bench/peers.py --in "$OUT/bench_decode.json" --out "$OUT/bench_peers.json" 2>&1 | tee "$OUT/bench_peers.log"
+      python3 bench/peers.py --in "$OUT/bench_decode.json" --out "$OUT/bench_peers.json" --table "$OUT/bench_table.txt" 2>&1 | tee "$OUT/bench_peers.log"
       summary+=("bench/peers.py: rc=${PIPESTATUS[0]}")
     fi
   fi

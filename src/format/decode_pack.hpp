@@ -51,13 +51,24 @@ constexpr uint32_t place_code(uint32_t word, int reg, int half, uint8_t code) {
   return word;
 }
 
-// The fixed power of two folded out of the product pattern * scale so that
-// both stay normal and exact in bf16: pattern = v * 2^-126, scale operand =
-// s * 2^116, product = v * s * 2^-10; the accumulator is multiplied by 2^10.
-inline constexpr float kScaleOperandExp2 = 116.0f;
+// Block scales are stored in a prepared byte "UE5M3": value 2^(e' - bias) * (1 + m/8)
+// with e' the top 5 bits and m the low 3 (bias 9 for NVFP4, whose e4m3 scales,
+// subnormals included, are all such values; bias 20 for MXFP4). A zero scale is
+// stored as byte 0 with the block's codes cleared, which is exact.
+// The kernel turns a byte into the bf16 operand s * 2^116 with one integer
+// multiply-add: bits = byte * 16 + (kScaleExponentAdd(bias) << 7). Then
+// pattern (v * 2^-126) * operand = v * s * 2^-10, exact and normal in bf16,
+// and the fp32 accumulator is multiplied by 2^10 (kAccumulatorFactor).
+inline constexpr int kScaleOperandExp2 = 116;
 inline constexpr float kAccumulatorFactor = 1024.0f;
-// MXFP4 scales up to 2^11 keep s * 2^116 finite in bf16; the packer rejects larger.
-inline constexpr int kMaxE8m0Byte = 127 + 11;
+inline constexpr int kNvfp4ScaleBias = 9;
+inline constexpr int kMxfp4ScaleBias = 20;
+constexpr uint32_t scale_exponent_add(int bias) { return uint32_t(kScaleOperandExp2 + 127 - bias); }
+// Both bf16 halves of the operand for a prepared byte (the kernel's arithmetic).
+FP4MOE_HD uint32_t scale_operand_pair(uint32_t byte, uint32_t exponent_add) {
+  const uint32_t add = (exponent_add << 7) | (exponent_add << 23);
+  return (byte | (byte << 16)) * 16u + add;
+}
 
 inline constexpr int kLanes = 32;
 inline constexpr int kWeightGranuleBytes = 512;  // 32 lanes x 16 bytes = 16 rows x 64 k

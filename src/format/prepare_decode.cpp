@@ -1,5 +1,6 @@
 #include "format/prepare_decode.hpp"
 
+#include <cmath>
 #include <cstring>
 
 #include "format/decode_pack.hpp"
@@ -39,6 +40,28 @@ uint8_t scale_byte_of(const Fp4Matrix& m, int64_t row, int64_t col) {
   return m.scales[static_cast<size_t>(row * m.scale_cols() + col / m.block_size())];
 }
 
+int scale_bias(Fp4Format f) { return f == Fp4Format::nvfp4 ? pack::kNvfp4ScaleBias : pack::kMxfp4ScaleBias; }
+
+// The prepared UE5M3 byte of a non-zero block scale (decode_pack.hpp), or -1
+// when the value is outside its range.
+int prepared_scale_of(Fp4Format f, float value) {
+  int exp2 = 0;
+  const float frac = std::frexp(value, &exp2);  // value = frac * 2^exp2, frac in [0.5, 1)
+  const int e = exp2 - 1 + scale_bias(f);
+  const float mant8 = (frac * 2.f - 1.f) * 8.f;  // exact: both scale formats have <= 3 mantissa bits
+  if (e < 0 || e > 31 || mant8 != std::floor(mant8)) return -1;
+  return (e << 3) | static_cast<int>(mant8);
+}
+
+void clear_code(uint8_t* w, int64_t k, int64_t row, int64_t col) {
+  const Slot slot = weight_slot(k, row, col);
+  uint32_t word;
+  std::memcpy(&word, w + slot.granule_byte, 4);
+  const pack::CodeBits b = pack::kCodeBits[slot.reg][slot.half];
+  word &= ~((1u << b.sign) | (1u << b.m2) | (1u << b.m1) | (1u << b.m0));
+  std::memcpy(w + slot.granule_byte, &word, 4);
+}
+
 }  // namespace
 
 PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts) {
@@ -76,14 +99,24 @@ PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts)
       }
       for (int64_t col = 0; col < p.k; col += 16) {
         const uint8_t b = scale_byte_of(m, row, col);
-        if (p.format == Fp4Format::mxfp4)
-          FP4MOE_CHECK(b <= pack::kMaxE8m0Byte, "prepare_decode_weights: expert " << e << " row " << row << " column "
-                                                 << col << ": MXFP4 scale 2^" << int(b) - 127
-                                                 << " exceeds the decode kernel's range (at most 2^11)");
-        s[scale_byte_offset(p.k, row, col)] = b;
+        const float value = p.format == Fp4Format::nvfp4 ? e4m3_decode(b) : ue8m0_decode(b);
+        bool all_zero = true;
+        for (int64_t c = col; c < col + 16; ++c) all_zero &= (m.code(row, c) & 7) == 0;
+        int pb = 0;
+        if (value == 0.f || all_zero) {
+          // A zero scale or a block of zeros: store byte 0 and clear the codes (exact).
+          for (int64_t c = col; c < col + 16; ++c) clear_code(w, p.k, row, c);
+        } else {
+          pb = prepared_scale_of(p.format, value);
+          FP4MOE_CHECK(pb >= 0, "prepare_decode_weights: expert " << e << " row " << row << " column " << col
+                                  << ": block scale " << value << " (byte 0x" << std::hex << int(b) << std::dec
+                                  << ") is outside the decode kernel's range for " << to_string(p.format) << " [2^-"
+                                  << scale_bias(p.format) << ", 2^" << 31 - scale_bias(p.format) << "]");
+        }
+        s[scale_byte_offset(p.k, row, col)] = static_cast<uint8_t>(pb);
       }
     }
-    p.dequant_scale[static_cast<size_t>(e)] = m.weight_scale_2 * pack::kAccumulatorFactor;
+    p.dequant_scale[static_cast<size_t>(e)] = pack::kAccumulatorFactor / m.global_scale;  // same arithmetic as dequantize()
   }
   return p;
 }
@@ -128,8 +161,11 @@ uint8_t prepared_code(const PreparedExpertWeights& p, int64_t e, int64_t row, in
                               ((word >> b.m0) & 1));
 }
 
-uint8_t prepared_scale_byte(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col) {
-  return p.scales[static_cast<size_t>(e * p.scale_bytes_per_expert() + scale_byte_offset(p.k, row, col))];
+float prepared_scale_value(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col) {
+  const uint8_t b = p.scales[static_cast<size_t>(e * p.scale_bytes_per_expert() + scale_byte_offset(p.k, row, col))];
+  return std::ldexp(1.f + float(b & 7) / 8.f, (b >> 3) - scale_bias(p.format));
 }
+
+uint32_t prepared_scale_exponent_add(Fp4Format f) { return pack::scale_exponent_add(scale_bias(f)); }
 
 }  // namespace fp4moe

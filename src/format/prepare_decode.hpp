@@ -9,14 +9,14 @@
 namespace fp4moe {
 
 // One projection (e.g. all experts' W13 or W2) in the decode layout of
-// src/format/decode_pack.hpp. Scales keep their format's byte (e4m3 or e8m0);
-// MXFP4 scales are written once per 16 columns (each e8m0 byte twice).
+// src/format/decode_pack.hpp. Scales are prepared UE5M3 bytes (decode_pack.hpp),
+// one per 16 columns for both formats (MXFP4's per-32 scale is written twice).
 struct PreparedExpertWeights {
   Fp4Format format = Fp4Format::nvfp4;
   int64_t experts = 0, n = 0, k = 0;
   std::vector<uint8_t> weights;       // E * N * K / 2 bytes
   std::vector<uint8_t> scales;        // E * N * K / 16 bytes
-  std::vector<float> dequant_scale;   // [E] weight_scale_2 * 2^10 (see kAccumulatorFactor)
+  std::vector<float> dequant_scale;   // [E] 2^10 / global_scale (see kAccumulatorFactor)
 
   int64_t weight_bytes_per_expert() const { return n * k / 2; }
   int64_t scale_bytes_per_expert() const { return n * k / 16; }
@@ -31,8 +31,12 @@ PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts)
 Fp4Matrix stack_rows(std::span<const Fp4Matrix* const> parts, int64_t interleave = 0);
 
 // Inverse of the packing for one element (tests and debugging): the e2m1 code
-// and the scale byte the prepared layout holds for W_e[row, col].
+// and the block scale value the prepared layout holds for W_e[row, col]
+// (a block of zero codes may report any scale).
 uint8_t prepared_code(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col);
-uint8_t prepared_scale_byte(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col);
+float prepared_scale_value(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col);
+
+// The kernel's scale-operand constant for a format (decode_pack.hpp).
+uint32_t prepared_scale_exponent_add(Fp4Format f);
 
 }  // namespace fp4moe

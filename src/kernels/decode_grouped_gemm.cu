@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "format/decode_pack.hpp"
+#include "format/prepare_decode.hpp"
 #include "fp4moe/device.hpp"
 #include "kernels/decode_grouped_gemm.hpp"
 #include "kernels/mma_sm80.cuh"
@@ -44,21 +45,14 @@ struct KernelParams {
   int64_t n, k;
   int num_experts;
   int stages;
-  int mxfp4;
+  uint32_t scale_add2;  // (exponent_add << 7) in both bf16 halves
 };
 
-// Block-scale byte -> bf16 operand s * 2^116 (see decode_pack.hpp), both lanes of a bf16x2.
-__device__ __forceinline__ uint32_t scale_operand(uint32_t byte, bool mxfp4) {
-  float s;
-  if (mxfp4) {
-    s = __uint_as_float((byte + 116u) << 23);  // 2^(byte-127) * 2^116; byte <= 138 (the packer checks)
-  } else {
-    // e4m3 bits at fp32's exponent/mantissa top: s * 2^-120, exact also for e4m3 subnormals.
-    s = __uint_as_float(byte << 20) * 0x1p120f * 0x1p116f;
-  }
-  const __nv_bfloat16 b = __float2bfloat16_rn(s);
-  const uint32_t u = __bfloat16_as_ushort(b);
-  return u | (u << 16);
+// Prepared scale byte `Idx` of a 4-byte word -> bf16x2 operand s * 2^116 in both
+// halves: one byte permute and one integer multiply-add (decode_pack.hpp).
+template <int Idx>
+__device__ __forceinline__ uint32_t scale_operand(uint32_t word, uint32_t add2) {
+  return __byte_perm(word, 0u, 0x4040u | Idx | (Idx << 8)) * 16u + add2;
 }
 
 template <int TileIndex>
@@ -76,6 +70,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
   extern __shared__ __align__(128) uint8_t smem[];
   const int stages = p.stages;
   int32_t* tile_prefix = reinterpret_cast<int32_t*>(smem + L.scheduler_offset(stages));
+  int32_t* item_rows = tile_prefix + DecodeSmemLayout::kMaxExperts + 1;
   __nv_bfloat16* epi = reinterpret_cast<__nv_bfloat16*>(smem + L.epilogue_offset(stages));
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -128,6 +123,10 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
     const int row0 = p.expert_offsets[e] + (chunk - tile_prefix[e]) * T.nt;
     const int rows = min(T.nt, p.expert_offsets[e + 1] - row0);
 
+    for (int r = tid; r < T.nt; r += kThreads)
+      item_rows[r] = r < rows ? (p.gather ? p.gather[row0 + r] : row0 + r) : 0;
+    __syncthreads();
+
     const uint8_t* wsrc = p.weights + e * w_expert_bytes + int64_t(ntile) * kRowGroups * w_rowgroup_bytes;
     const uint8_t* ssrc = p.scales + e * s_expert_bytes + int64_t(ntile) * kRowGroups * s_rowgroup_bytes;
 
@@ -150,7 +149,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
       for (int i = tid; i < T.nt * kXPiecesPerRow; i += kThreads) {
         const int r = i / kXPiecesPerRow, piece = i % kXPiecesPerRow;
         const bool live = r < rows;
-        const int64_t xrow = live ? (p.gather ? p.gather[row0 + r] : row0 + r) : 0;
+        const int64_t xrow = item_rows[r];
         ptx::cp_async_16(st + L.act_offset() + r * L.act_row_stride() + piece * 16,
                     p.x + xrow * p.k + int64_t(kt) * T.bk + piece * 8, live ? 16 : 0);
       }
@@ -199,9 +198,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
           for (int mt = 0; mt < MT; ++mt) {
             const uint32_t word = t == 0 ? wq[mt].x : t == 1 ? wq[mt].y : t == 2 ? wq[mt].z : wq[mt].w;
             const uint32_t sword = (step / 2) == 0 ? sq[mt].x : (step / 2) == 1 ? sq[mt].y : (step / 2) == 2 ? sq[mt].z : sq[mt].w;
-            const uint32_t sb_lo = (sword >> ((step % 2) * 16)) & 0xFF;
-            const uint32_t sb_hi = (sword >> ((step % 2) * 16 + 8)) & 0xFF;
-            const uint32_t s_lo = scale_operand(sb_lo, p.mxfp4), s_hi = scale_operand(sb_hi, p.mxfp4);
+            const uint32_t s_lo = (step % 2) ? scale_operand<2>(sword, p.scale_add2) : scale_operand<0>(sword, p.scale_add2);
+            const uint32_t s_hi = (step % 2) ? scale_operand<3>(sword, p.scale_add2) : scale_operand<1>(sword, p.scale_add2);
             uint32_t pat[4];
             pack::unpack_word(word, pat);
             a[mt][0] = ptx::mul_bf16x2(pat[0], s_lo);
@@ -315,7 +313,8 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
   FP4MOE_CHECK(per_sm >= 1, "decode GEMM: tile " << launch.tile << " with " << smem << " bytes of shared memory cannot be resident");
   const int grid = launch.grid > 0 ? launch.grid : per_sm * dev.sm_count;
   KernelParams kp{a.weights, a.scales, a.dequant_scale, a.x, a.gather, a.expert_offsets, a.y,
-                  a.n, a.k, static_cast<int>(a.num_experts), pl.stages, a.format == Fp4Format::mxfp4 ? 1 : 0};
+                  a.n, a.k, static_cast<int>(a.num_experts), pl.stages,
+                  (prepared_scale_exponent_add(a.format) << 7) | (prepared_scale_exponent_add(a.format) << 23)};
   fn<<<grid, plan::kDecodeTiles[launch.tile].threads(), static_cast<size_t>(smem), stream>>>(kp);
   FP4MOE_CHECK_LAUNCH("decode_grouped_gemm");
 }

@@ -33,6 +33,8 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     {128, 64, 256, 2, 6},  // 33..64: two m16 tiles per warp halve B-fragment traffic
     {64, 8, 256, 1, 8},    // few experts active: more CTAs per expert
     {128, 64, 128, 2, 8},  // small-capacity targets (sm_86/89/120): shorter stages
+    {128, 16, 256, 2, 8},  // 4 warps, each B fragment feeds two m16 tiles
+    {128, 32, 256, 2, 6},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 
@@ -67,9 +69,12 @@ struct DecodeSmemLayout {
   // --- epilogue: bf16 output tile [nt][bm] staged for coalesced row stores ---
   constexpr int64_t epilogue_row_stride() const { return int64_t(tile.bm) * 2 + 16; }
   constexpr int64_t epilogue_bytes() const { return align_up(int64_t(tile.nt) * epilogue_row_stride(), kSmemAlign); }
-  // --- fixed: the per-expert tile prefix the persistent scheduler searches ---
+  // --- fixed: the per-expert chunk prefix the persistent scheduler searches,
+  // and the current work item's activation row indices (gathered once per item) ---
   static constexpr int64_t kMaxExperts = 1024;
-  constexpr int64_t scheduler_bytes() const { return align_up((kMaxExperts + 1) * 4, kSmemAlign); }
+  constexpr int64_t scheduler_prefix_bytes() const { return (kMaxExperts + 1) * 4; }
+  constexpr int64_t row_index_bytes() const { return int64_t(tile.nt) * 4; }
+  constexpr int64_t scheduler_bytes() const { return align_up(scheduler_prefix_bytes() + row_index_bytes(), kSmemAlign); }
 
   constexpr int64_t epilogue_offset(int stages) const { return stages * smem_bytes_per_stage(); }
   constexpr int64_t scheduler_offset(int stages) const { return epilogue_offset(stages) + epilogue_bytes(); }

@@ -29,11 +29,11 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   const int64_t T = std::max<int64_t>(1, P / 2 + 3);
   std::mt19937_64 rng(seed);
 
-  std::vector<Fp4Matrix> experts;
-  for (int64_t e = 0; e < E; ++e) {
+  std::vector<Fp4Matrix> experts(static_cast<size_t>(E));
+  detail::parallel_for(E, [&](int64_t e) {
     const test::Bf16Matrix w = test::random_bf16(n * k, seed * 1000 + e, 0.02f * float(1 + e % 3));
-    experts.push_back(quantize(format, w.values.data(), n, k));
-  }
+    experts[size_t(e)] = quantize(format, w.values.data(), n, k);
+  });
   const PreparedExpertWeights prepared = prepare_decode_weights(experts);
   const test::Bf16Matrix x = test::random_bf16(T * k, seed + 7);
 

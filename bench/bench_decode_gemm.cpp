@@ -1,0 +1,221 @@
+// Benchmark of the decode grouped GEMM on GLM-5 shapes (issue 4): every
+// fitting tile, the planner's default, the ceilings of this run and the
+// cuBLAS bf16 per-expert peer on the same routing. Writes JSON for
+// bench/peers.py (torch._grouped_mm) and prints a table.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include <fmt/core.h>
+
+#include "fp4moe/device.hpp"
+#include "fp4moe/reference.hpp"
+#include "kernels/decode_grouped_gemm.hpp"
+#include "plan/decode_plan.hpp"
+#include "runtime/ceilings.hpp"
+#include "runtime/cublas_check.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/timing.hpp"
+
+using namespace fp4moe;
+using json = nlohmann::json;
+
+namespace {
+
+struct Gemm {
+  const char* name;
+  int64_t n, k;
+  bool gathered;  // GEMM1 gathers token rows; GEMM2 reads the permuted rows in order
+};
+
+struct RoutedBatch {
+  int64_t tokens = 0, pairs = 0, active = 0, max_rows = 0;
+  std::vector<int32_t> offsets, gather;  // gather: token of each permuted pair
+  std::vector<int32_t> counts;
+};
+
+RoutedBatch route_random(const MoeConfig& cfg, int64_t T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> logits(size_t(T * cfg.num_experts));
+  for (float& v : logits) v = d(rng);
+  // Uniform random top-k: i.i.d. logits and a zero correction bias.
+  const std::vector<float> bias(size_t(cfg.num_experts), 0.f);
+  const Routing r = route_reference(cfg, logits.data(), T, cfg.use_correction_bias ? bias : std::vector<float>{});
+  const Permutation p = permute_reference(r, cfg.num_experts);
+  RoutedBatch b;
+  b.tokens = T;
+  b.pairs = T * cfg.top_k;
+  b.offsets = p.expert_offsets;
+  b.gather.resize(p.permuted_pair.size());
+  for (size_t i = 0; i < p.permuted_pair.size(); ++i) b.gather[i] = int32_t(p.permuted_pair[i] / cfg.top_k);
+  for (int64_t e = 0; e < cfg.num_experts; ++e) {
+    const int32_t c = b.offsets[size_t(e + 1)] - b.offsets[size_t(e)];
+    b.counts.push_back(c);
+    b.active += c > 0;
+    b.max_rows = std::max<int64_t>(b.max_rows, c);
+  }
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Decode grouped GEMM benchmark (GLM-5 shapes)"};
+  std::vector<int64_t> tokens = {1, 8, 32, 128, 512, 1024, 2048};
+  std::string out_path = "bench_decode.json";
+  int reps = 50;
+  bool all_tiles = true;
+  app.add_option("--tokens", tokens, "Token counts T")->delimiter(',');
+  app.add_option("--out", out_path, "JSON output");
+  app.add_option("--reps", reps, "Timed repetitions per case")->check(CLI::Range(3, 10000));
+  app.add_flag("!--default-tile-only", all_tiles, "Time only the planner's default tile");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    std::string why;
+    const auto devs = list_devices(&why);
+    if (devs.empty()) {
+      fmt::print("bench_decode_gemm: no CUDA device ({}): nothing to measure\n", why);
+      return 0;
+    }
+    const DeviceInfo& dev = devs[0];
+    const MoeConfig cfg = preset("glm5");
+    const int64_t E = cfg.num_experts;
+    const Gemm gemms[] = {{"gemm1", 2 * cfg.intermediate, cfg.hidden, true}, {"gemm2", cfg.hidden, cfg.intermediate, false}};
+
+    fmt::print("device: {} (sm_{}, {} SMs)\n", dev.name, dev.cc, dev.sm_count);
+    const Ceilings ceil = measure_ceilings();
+    fmt::print("ceilings: copy {:.3f} TB/s, cuBLAS bf16 {:.1f} TFLOP/s\n", ceil.copy_tb_per_s, ceil.bf16_tflop_per_s);
+
+    cudaStream_t stream;
+    FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream));
+    cublasHandle_t blas;
+    FP4MOE_CUBLAS_CHECK(cublasCreate(&blas));
+    FP4MOE_CUBLAS_CHECK(cublasSetStream(blas, stream));
+    DeviceBuffer<uint8_t> blas_ws(size_t(64) << 20);
+    FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_ws.get(), blas_ws.bytes()));
+
+    json report;
+    report["device"] = dev.name;
+    report["cc"] = dev.cc;
+    report["sm_count"] = dev.sm_count;
+    report["ceilings"] = {{"copy_tb_per_s", ceil.copy_tb_per_s}, {"bf16_tflop_per_s", ceil.bf16_tflop_per_s}};
+    report["model"] = cfg.name;
+    report["experts"] = E;
+    json cases = json::array();
+
+    const int64_t max_t = *std::max_element(tokens.begin(), tokens.end());
+    for (const Gemm& g : gemms) {
+      // FP4 weights in the prepared layout, random: every code and scale byte is
+      // a valid value, so random bytes in the prepared layout are random weights.
+      DeviceBuffer<uint8_t> w(size_t(E * g.n * g.k / 2)), s(size_t(E * g.n * g.k / 16));
+      fill_random_bytes(w.get(), int64_t(w.size()), 11, 0, 255, stream);
+      fill_random_bytes(s.get(), int64_t(s.size()), 12, 0x40, 0x60, stream);  // prepared UE5M3 scales in [2^-1, 2^3]
+      std::vector<float> gs(size_t(E), 1.0f / 512);
+      DeviceBuffer<float> dgs(gs);
+      // The same weights as bf16 for cuBLAS (values differ; the bytes moved are what matter).
+      DeviceBuffer<__nv_bfloat16> wb(size_t(E * g.n * g.k));
+      fill_random_bf16(wb.get(), int64_t(wb.size()), 13, 0.02f, stream);
+      const int64_t xrows = g.gathered ? max_t : max_t * cfg.top_k;
+      DeviceBuffer<__nv_bfloat16> x(size_t(xrows * g.k)), y(size_t(max_t * cfg.top_k * g.n));
+      fill_random_bf16(x.get(), int64_t(x.size()), 14, 1.f, stream);
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+      for (int64_t T : tokens) {
+        const RoutedBatch rb = route_random(cfg, T, 1000 + uint64_t(T));
+        DeviceBuffer<int32_t> doff(rb.offsets), dgather(rb.gather);
+        kernels::DecodeGemmArgs a;
+        a.weights = w.get();
+        a.scales = s.get();
+        a.dequant_scale = dgs.get();
+        a.num_experts = E;
+        a.n = g.n;
+        a.k = g.k;
+        a.x = x.get();
+        a.gather = g.gathered ? dgather.get() : nullptr;
+        a.expert_offsets = doff.get();
+        a.y = y.get();
+
+        const double weight_bytes = double(rb.active) * double(g.n * g.k) * (0.5 + 1.0 / 16);
+        const double act_in = double(g.gathered ? T : rb.pairs) * double(g.k) * 2;
+        const double out_bytes = double(rb.pairs) * double(g.n) * 2;
+        const double bytes = weight_bytes + act_in + out_bytes;
+        const double flops = 2.0 * double(rb.pairs) * double(g.n) * double(g.k);
+        const double floor_ms =
+            std::max(bytes / (ceil.copy_tb_per_s * 1e12), flops / (ceil.bf16_tflop_per_s * 1e12)) * 1e3;
+
+        const int def_tile = plan::rank_decode_tiles(g.n, g.k, dev.smem_optin_per_block, double(rb.pairs) / E,
+                                                     rb.active, dev.sm_count);
+        json tiles = json::array();
+        double best_ms = 1e30;
+        int best_tile = -1;
+        double default_ms = 0;
+        for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
+          if (!all_tiles && tile != def_tile) continue;
+          const plan::SmemPlan pl = plan::plan_decode_tile(tile, g.n, g.k, dev.smem_optin_per_block);
+          if (!pl.fits) continue;
+          kernels::DecodeLaunch L{tile, pl.stages, 0};
+          const TimingStats t = time_on_stream([&] { kernels::launch_decode_grouped_gemm(a, L, stream); }, stream, 5, reps);
+          tiles.push_back({{"tile", plan::decode_tile_name(tile)}, {"stages", pl.stages}, {"median_ms", t.median_ms},
+                           {"min_ms", t.min_ms}, {"max_ms", t.max_ms}});
+          if (t.median_ms < best_ms) best_ms = t.median_ms, best_tile = tile;
+          if (tile == def_tile) default_ms = t.median_ms;
+        }
+        const TimingStats best = [&] {
+          const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, dev.smem_optin_per_block);
+          kernels::DecodeLaunch L{best_tile, pl.stages, 0};
+          return time_on_stream([&] { kernels::launch_decode_grouped_gemm(a, L, stream); }, stream, 3, reps);
+        }();
+
+        // cuBLAS bf16 per expert on the permuted (pre-gathered) rows, captured in a graph.
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        const float alpha = 1.f, beta = 0.f;
+        FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        for (int64_t e = 0; e < E; ++e) {
+          const int rows = rb.counts[size_t(e)];
+          if (!rows) continue;
+          const int64_t r0 = rb.offsets[size_t(e)];
+          const __nv_bfloat16* xe = x.get() + (g.gathered ? 0 : r0) * g.k;  // GEMM1: contiguous stand-in rows
+          FP4MOE_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(g.n), rows, int(g.k), &alpha,
+                                           wb.get() + e * g.n * g.k, CUDA_R_16BF, int(g.k), xe, CUDA_R_16BF, int(g.k),
+                                           &beta, y.get() + r0 * g.n, CUDA_R_16BF, int(g.n), CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT));
+        }
+        FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        const TimingStats tb = time_on_stream([&] { FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, 3, std::max(5, reps / 5));
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+
+        json c = {{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
+                  {"active_experts", rb.active}, {"max_rows_per_expert", rb.max_rows}, {"bytes", bytes},
+                  {"flops", flops}, {"floor_ms", floor_ms}, {"default_tile", plan::decode_tile_name(def_tile)},
+                  {"default_ms", default_ms}, {"best_tile", plan::decode_tile_name(best_tile)},
+                  {"median_ms", best.median_ms}, {"min_ms", best.min_ms}, {"max_ms", best.max_ms},
+                  {"tb_per_s", bytes / (best.median_ms * 1e-3) / 1e12},
+                  {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12},
+                  {"floor_fraction", floor_ms / best.median_ms}, {"cublas_bf16_ms", tb.median_ms},
+                  {"speedup_vs_cublas", tb.median_ms / best.median_ms}, {"tiles", tiles}, {"counts", rb.counts}};
+        cases.push_back(c);
+        fmt::print("{} T={:5d} active {:3d} max/expert {:4d}  {:8.4f} ms ({})  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  cuBLAS {:8.4f} ms ({:4.2f}x)\n",
+                   g.name, T, rb.active, rb.max_rows, best.median_ms, plan::decode_tile_name(best_tile),
+                   bytes / (best.median_ms * 1e-3) / 1e12, flops / (best.median_ms * 1e-3) / 1e12, floor_ms,
+                   100 * floor_ms / best.median_ms, tb.median_ms, tb.median_ms / best.median_ms);
+      }
+    }
+    report["cases"] = cases;
+    std::ofstream(out_path) << report.dump(1) << "\n";
+    cublasDestroy(blas);
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_decode_gemm: error: {}\n", e.what());
+    return 1;
+  }
+}

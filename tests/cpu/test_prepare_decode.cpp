@@ -1,0 +1,135 @@
+// The decode kernels' prepared layout: packing is a bijection onto the
+// checkpoint layout, and the kernel's bit tricks give exact values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "format/decode_pack.hpp"
+#include "format/prepare_decode.hpp"
+#include "fp4moe/error.hpp"
+#include "fp4moe/format.hpp"
+
+namespace fp4moe {
+namespace {
+
+float bf16_bits_to_float(uint32_t bits16) { return bf16_to_float(static_cast<uint16_t>(bits16)); }
+
+TEST(PrepareDecode, UnpackGivesEveryCodeTimes2ToMinus126) {
+  for (int reg = 0; reg < 4; ++reg)
+    for (int half = 0; half < 2; ++half)
+      for (uint8_t code = 0; code < 16; ++code) {
+        const uint32_t w = pack::place_code(0, reg, half, code);
+        uint32_t out[4];
+        pack::unpack_word(w, out);
+        for (int r = 0; r < 4; ++r) {
+          const uint32_t lo = out[r] & 0xFFFF, hi = out[r] >> 16;
+          const float got = bf16_bits_to_float(half ? hi : lo) * std::ldexp(1.f, 126);
+          if (r == reg) {
+            EXPECT_EQ(got, e2m1_decode(code)) << "reg " << reg << " half " << half << " code " << int(code);
+            EXPECT_EQ(std::signbit(got), (code & 8) != 0);
+            EXPECT_EQ(half ? lo : hi, 0u) << "code leaked into the other half";
+          } else {
+            EXPECT_EQ(out[r], 0u) << "code for reg " << reg << " leaked into reg " << r;
+          }
+        }
+      }
+}
+
+TEST(PrepareDecode, CodeBitsCoverTheWordOnce) {
+  uint32_t seen = 0;
+  for (const auto& reg : pack::kCodeBits)
+    for (const auto& h : reg)
+      for (int b : {h.sign, h.m2, h.m1, h.m0}) {
+        EXPECT_EQ(seen & (1u << b), 0u) << "bit " << b << " used twice";
+        seen |= 1u << b;
+      }
+  EXPECT_EQ(seen, 0xFFFFFFFFu);
+}
+
+void expect_prepared_matches(Fp4Format f, uint64_t seed) {
+  const int64_t n = 48, k = 256;
+  std::mt19937_64 rng(seed);
+  std::vector<Fp4Matrix> experts;
+  for (int e = 0; e < 3; ++e) {
+    std::vector<float> x(size_t(n * k));
+    std::normal_distribution<float> d(0.f, 1.f);
+    for (int64_t i = 0; i < n * k; ++i) {
+      // rows of very different magnitude: subnormal e4m3 scales and zero blocks
+      const int64_t row = i / k;
+      const float mag = row % 7 == 3 ? 3e-4f : row % 7 == 5 ? 0.f : 1.f;
+      x[size_t(i)] = d(rng) * mag;
+    }
+    x[5] = 40.f;  // sets amax: the tiny rows fall into e4m3's subnormal range
+    experts.push_back(quantize(f, x.data(), n, k));
+  }
+  const PreparedExpertWeights p = prepare_decode_weights(experts);
+  ASSERT_EQ(int64_t(p.weights.size()), 3 * n * k / 2);
+  ASSERT_EQ(int64_t(p.scales.size()), 3 * n * k / 16);
+  const uint32_t add = prepared_scale_exponent_add(f);
+  int subnormal_blocks = 0;
+  for (int64_t e = 0; e < 3; ++e)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c) {
+        const Fp4Matrix& m = experts[size_t(e)];
+        const float scale = m.scale(r, c / m.block_size());
+        const float want = e2m1_decode(m.code(r, c)) * scale;
+        const float got = e2m1_decode(prepared_code(p, e, r, c)) * prepared_scale_value(p, e, r, c);
+        ASSERT_EQ(got, want) << "expert " << e << " [" << r << ", " << c << "]";
+        if (c % 16 == 0 && f == Fp4Format::nvfp4 && scale > 0 && scale < std::ldexp(1.f, -6)) ++subnormal_blocks;
+        // The kernel's operand: bf16 of scale * 2^116 from the prepared byte.
+        if (c % 16 == 0 && want != 0) {
+          const float sv = prepared_scale_value(p, e, r, c);
+          int ex = 0;
+          const float fr = std::frexp(sv, &ex);
+          const uint32_t byte = uint32_t((ex - 1 + (f == Fp4Format::nvfp4 ? 9 : 20)) << 3) | uint32_t((fr * 2 - 1) * 8);
+          const uint32_t pair = pack::scale_operand_pair(byte, add);
+          EXPECT_EQ(bf16_bits_to_float(pair & 0xFFFF), sv * std::ldexp(1.f, 116));
+          EXPECT_EQ(pair >> 16, pair & 0xFFFF);
+        }
+      }
+  if (f == Fp4Format::nvfp4) {
+    EXPECT_GT(subnormal_blocks, 0) << "the test should cover e4m3 subnormal scales";
+  }
+  EXPECT_FLOAT_EQ(p.dequant_scale[0], pack::kAccumulatorFactor / experts[0].global_scale);
+}
+
+TEST(PrepareDecode, Nvfp4RoundTripsThroughThePreparedLayout) { expect_prepared_matches(Fp4Format::nvfp4, 1); }
+TEST(PrepareDecode, Mxfp4RoundTripsThroughThePreparedLayout) { expect_prepared_matches(Fp4Format::mxfp4, 2); }
+
+TEST(PrepareDecode, BadShapesAreNamed) {
+  std::vector<float> x(20 * 128, 1.f);
+  const Fp4Matrix m = quantize_nvfp4(x.data(), 20, 128);
+  try {
+    prepare_decode_weights(std::vector<Fp4Matrix>{m});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("N = 20"), std::string::npos) << e.what();
+  }
+  std::vector<float> y(16 * 96, 1.f);
+  EXPECT_THROW(prepare_decode_weights(std::vector<Fp4Matrix>{quantize_nvfp4(y.data(), 16, 96)}), Error);
+  std::vector<float> z(16 * 128, 1.f);
+  const Fp4Matrix a = quantize_nvfp4(z.data(), 16, 128), b = quantize_mxfp4(z.data(), 16, 128);
+  EXPECT_THROW(prepare_decode_weights(std::vector<Fp4Matrix>{a, b}), Error);
+  EXPECT_THROW(prepare_decode_weights(std::vector<Fp4Matrix>{}), Error);
+}
+
+TEST(PrepareDecode, StackRowsInterleaves) {
+  std::vector<float> g(32 * 128), u(32 * 128);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = float(i % 7) - 3.f, u[i] = float(i % 5) - 2.f;
+  Fp4Matrix gm = quantize_nvfp4(g.data(), 32, 128), um = quantize_nvfp4(u.data(), 32, 128);
+  um.global_scale = gm.global_scale;  // one dequant scale per stacked matrix
+  um.weight_scale_2 = gm.weight_scale_2;
+  const Fp4Matrix* parts[] = {&gm, &um};
+  const Fp4Matrix s = stack_rows(parts, 16);
+  ASSERT_EQ(s.rows, 64);
+  EXPECT_EQ(s.code(0, 3), gm.code(0, 3));
+  EXPECT_EQ(s.code(16, 3), um.code(0, 3));
+  EXPECT_EQ(s.code(32, 5), gm.code(16, 5));
+  EXPECT_EQ(s.code(48, 5), um.code(16, 5));
+  EXPECT_THROW(stack_rows(parts, 12), Error);
+}
+
+}  // namespace
+}  // namespace fp4moe
