@@ -173,6 +173,18 @@ int main(int argc, char** argv) {
           return time_on_stream([&] { kernels::launch_decode_grouped_gemm(a, L, stream); }, stream, 3, reps);
         }();
 
+        // Where the time goes (METHOD.md: leave one part out): the best tile
+        // with only its loads, and with only its math (results are garbage).
+        json diag;
+        {
+          const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, dev.smem_optin_per_block);
+          for (int mode : {1, 2}) {
+            kernels::DecodeLaunch L{best_tile, pl.stages, 0, mode};
+            const TimingStats t = time_on_stream([&] { kernels::launch_decode_grouped_gemm(a, L, stream); }, stream, 3, 20);
+            diag[mode == 1 ? "loads_only_ms" : "compute_only_ms"] = t.median_ms;
+          }
+        }
+
         // cuBLAS bf16 per expert on the permuted (pre-gathered) rows, captured in a graph.
         cudaGraph_t graph;
         cudaGraphExec_t exec;
@@ -202,12 +214,14 @@ int main(int argc, char** argv) {
                   {"tb_per_s", bytes / (best.median_ms * 1e-3) / 1e12},
                   {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12},
                   {"floor_fraction", floor_ms / best.median_ms}, {"cublas_bf16_ms", tb.median_ms},
-                  {"speedup_vs_cublas", tb.median_ms / best.median_ms}, {"tiles", tiles}, {"counts", rb.counts}};
+                  {"speedup_vs_cublas", tb.median_ms / best.median_ms}, {"tiles", tiles}, {"diagnostics", diag},
+                  {"counts", rb.counts}};
         cases.push_back(c);
-        fmt::print("{} T={:5d} active {:3d} max/expert {:4d}  {:8.4f} ms ({})  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  cuBLAS {:8.4f} ms ({:4.2f}x)\n",
+        fmt::print("{} T={:5d} active {:3d} max/expert {:4d}  {:8.4f} ms ({})  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  cuBLAS {:8.4f} ms ({:4.2f}x)  loads-only {:.4f} compute-only {:.4f}\n",
                    g.name, T, rb.active, rb.max_rows, best.median_ms, plan::decode_tile_name(best_tile),
                    bytes / (best.median_ms * 1e-3) / 1e12, flops / (best.median_ms * 1e-3) / 1e12, floor_ms,
-                   100 * floor_ms / best.median_ms, tb.median_ms, tb.median_ms / best.median_ms);
+                   100 * floor_ms / best.median_ms, tb.median_ms, tb.median_ms / best.median_ms,
+                   diag["loads_only_ms"].get<double>(), diag["compute_only_ms"].get<double>());
       }
     }
     report["cases"] = cases;

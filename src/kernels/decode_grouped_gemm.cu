@@ -46,6 +46,7 @@ struct KernelParams {
   int num_experts;
   int stages;
   uint32_t scale_add2;  // (exponent_add << 7) in both bf16 halves
+  int debug_mode;       // 0 normal; benchmark diagnostics: 1 loads only, 2 compute only
 };
 
 // Prepared scale byte `Idx` of a 4-byte word -> bf16x2 operand s * 2^116 in both
@@ -54,6 +55,10 @@ template <int Idx>
 __device__ __forceinline__ uint32_t scale_operand(uint32_t word, uint32_t add2) {
   return __byte_perm(word, 0u, 0x4040u | Idx | (Idx << 8)) * 16u + add2;
 }
+
+struct WorkItem {
+  int expert, row0, rows, ntile;
+};
 
 template <int TileIndex>
 __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
@@ -66,10 +71,14 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
   constexpr int kRowGroups = T.bm / 16;
   constexpr int kWGranPerStage = T.bk / 64;    // weight granules per row group per stage
   constexpr int kSGranPerStage = T.bk / 128;   // scale granules per row group per stage
+  // Short mma chains (few token tiles) alternate two accumulator sets so
+  // consecutive mma.sync do not wait on each other.
+  constexpr int kAccSets = MT * NT8 >= 4 ? 1 : 2;
 
   extern __shared__ __align__(128) uint8_t smem[];
   const int stages = p.stages;
   int32_t* tile_prefix = reinterpret_cast<int32_t*>(smem + L.scheduler_offset(stages));
+  // Two buffers of gathered row indices: the loader runs up to one item ahead.
   int32_t* item_rows = tile_prefix + DecodeSmemLayout::kMaxExperts + 1;
   __nv_bfloat16* epi = reinterpret_cast<__nv_bfloat16*>(smem + L.epilogue_offset(stages));
 
@@ -78,109 +87,125 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
 
   // ---- scheduler: token chunks per expert, prefix-summed in shared memory ----
   if (tid == 0) tile_prefix[0] = 0;
-  {
-    // Each warp scans 32 experts at a time; warps take turns so the prefix is sequential.
-    // E <= 1024 and this runs once per CTA: a few hundred cycles.
-    if (warp == 0) {
-      int carry = 0;
-      for (int base = 0; base < E; base += 32) {
-        const int e = base + lane;
-        int c = 0;
-        if (e < E) {
-          const int cnt = p.expert_offsets[e + 1] - p.expert_offsets[e];
-          c = (cnt + T.nt - 1) / T.nt;
-        }
-        int incl = c;
+  if (warp == 0) {
+    int carry = 0;
+    for (int base = 0; base < E; base += 32) {
+      const int e = base + lane;
+      int c = 0;
+      if (e < E) c = (p.expert_offsets[e + 1] - p.expert_offsets[e] + T.nt - 1) / T.nt;
+      int incl = c;
 #pragma unroll
-        for (int o = 1; o < 32; o *= 2) {
-          const int v = __shfl_up_sync(0xffffffffu, incl, o);
-          if (lane >= o) incl += v;
-        }
-        if (e < E) tile_prefix[e + 1] = carry + incl;
-        carry += __shfl_sync(0xffffffffu, incl, 31);
+      for (int o = 1; o < 32; o *= 2) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
       }
+      if (e < E) tile_prefix[e + 1] = carry + incl;
+      carry += __shfl_sync(0xffffffffu, incl, 31);
     }
   }
   __syncthreads();
   const int total_chunks = tile_prefix[E];
   const int n_tiles = static_cast<int>(p.n / T.bm);
   const int total_items = total_chunks * n_tiles;
+  if (blockIdx.x >= total_items) return;
   const int KT = static_cast<int>(p.k / T.bk);
+  const int my_items = (total_items - 1 - blockIdx.x) / gridDim.x + 1;
+  const int total_steps = my_items * KT;  // the CTA's (item, k-stage) sequence
   const int64_t w_expert_bytes = p.n * p.k / 2, s_expert_bytes = p.n * p.k / 16;
   const int64_t w_rowgroup_bytes = (p.k / 64) * pack::kWeightGranuleBytes;
   const int64_t s_rowgroup_bytes = (p.k / 128) * pack::kScaleGranuleBytes;
 
-  for (int item = blockIdx.x; item < total_items; item += gridDim.x) {
+  // Chunk-minor order: the chunks of one expert and N tile run side by side, so
+  // its weights come from DRAM once and from L2 for the other chunks.
+  auto work_item = [&](int j) {
+    const int item = blockIdx.x + j * gridDim.x;
     const int chunk = item % total_chunks;
-    const int ntile = item / total_chunks;
-    // expert owning this chunk: last e with tile_prefix[e] <= chunk
-    int lo = 0, hi = E;
+    WorkItem w;
+    w.ntile = item / total_chunks;
+    int lo = 0, hi = E;  // last e with tile_prefix[e] <= chunk
     while (hi - lo > 1) {
       const int mid = (lo + hi) / 2;
       if (tile_prefix[mid] <= chunk) lo = mid; else hi = mid;
     }
-    const int e = lo;
-    const int row0 = p.expert_offsets[e] + (chunk - tile_prefix[e]) * T.nt;
-    const int rows = min(T.nt, p.expert_offsets[e + 1] - row0);
-
+    w.expert = lo;
+    w.row0 = p.expert_offsets[lo] + (chunk - tile_prefix[lo]) * T.nt;
+    w.rows = min(T.nt, p.expert_offsets[lo + 1] - w.row0);
+    return w;
+  };
+  auto stage_rows = [&](int j) {  // gathered activation rows of item j, for the loader
+    const WorkItem w = work_item(j);
+    int32_t* dst = item_rows + (j & 1) * T.nt;
     for (int r = tid; r < T.nt; r += kThreads)
-      item_rows[r] = r < rows ? (p.gather ? p.gather[row0 + r] : row0 + r) : 0;
-    __syncthreads();
+      dst[r] = r < w.rows ? (p.gather ? p.gather[w.row0 + r] : w.row0 + r) : -1;
+  };
 
-    const uint8_t* wsrc = p.weights + e * w_expert_bytes + int64_t(ntile) * kRowGroups * w_rowgroup_bytes;
-    const uint8_t* ssrc = p.scales + e * s_expert_bytes + int64_t(ntile) * kRowGroups * s_rowgroup_bytes;
-
-    auto load_stage = [&](int slot, int kt) {
-      uint8_t* st = smem + slot * L.smem_bytes_per_stage();
-      // weights: kRowGroups x kWGranPerStage granules of 512 bytes, contiguous per row group
-      constexpr int kWChunks = kRowGroups * kWGranPerStage * 32;  // 16-byte pieces
-      for (int i = tid; i < kWChunks; i += kThreads) {
-        const int rg = i / (kWGranPerStage * 32), rem = i % (kWGranPerStage * 32);
-        ptx::cp_async_16(st + L.weight_offset() + int64_t(i) * 16,
-                    wsrc + rg * w_rowgroup_bytes + int64_t(kt) * kWGranPerStage * 512 + rem * 16);
-      }
-      constexpr int kSChunks = kRowGroups * kSGranPerStage * 8;
-      for (int i = tid; i < kSChunks; i += kThreads) {
-        const int rg = i / (kSGranPerStage * 8), rem = i % (kSGranPerStage * 8);
-        ptx::cp_async_16(st + L.scale_offset() + int64_t(i) * 16,
-                    ssrc + rg * s_rowgroup_bytes + int64_t(kt) * kSGranPerStage * 128 + rem * 16);
-      }
-      constexpr int kXPiecesPerRow = T.bk * 2 / 16;
-      for (int i = tid; i < T.nt * kXPiecesPerRow; i += kThreads) {
-        const int r = i / kXPiecesPerRow, piece = i % kXPiecesPerRow;
-        const bool live = r < rows;
-        const int64_t xrow = item_rows[r];
-        ptx::cp_async_16(st + L.act_offset() + r * L.act_row_stride() + piece * 16,
-                    p.x + xrow * p.k + int64_t(kt) * T.bk + piece * 8, live ? 16 : 0);
-      }
-    };
-
-    float acc[MT][NT8][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < NT8; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) acc[mt][j][q] = 0.f;
-
-    for (int s = 0; s < stages - 1; ++s) {
-      if (s < KT) load_stage(s, s);
-      ptx::cp_async_commit();
+  WorkItem load_item = work_item(0);
+  auto load_stage = [&](int step) {
+    const int j = step / KT, kt = step % KT;
+    if (kt == 0 && step > 0) load_item = work_item(j);
+    uint8_t* st = smem + (step % stages) * L.smem_bytes_per_stage();
+    const uint8_t* wsrc = p.weights + load_item.expert * w_expert_bytes +
+                          int64_t(load_item.ntile) * kRowGroups * w_rowgroup_bytes + int64_t(kt) * kWGranPerStage * 512;
+    const uint8_t* ssrc = p.scales + load_item.expert * s_expert_bytes +
+                          int64_t(load_item.ntile) * kRowGroups * s_rowgroup_bytes + int64_t(kt) * kSGranPerStage * 128;
+    constexpr int kWChunks = kRowGroups * kWGranPerStage * 32;  // 16-byte pieces
+    for (int i = tid; i < kWChunks; i += kThreads) {
+      const int rg = i / (kWGranPerStage * 32), rem = i % (kWGranPerStage * 32);
+      ptx::cp_async_16(st + L.weight_offset() + int64_t(i) * 16, wsrc + rg * w_rowgroup_bytes + rem * 16);
     }
+    constexpr int kSChunks = kRowGroups * kSGranPerStage * 8;
+    for (int i = tid; i < kSChunks; i += kThreads) {
+      const int rg = i / (kSGranPerStage * 8), rem = i % (kSGranPerStage * 8);
+      ptx::cp_async_16(st + L.scale_offset() + int64_t(i) * 16, ssrc + rg * s_rowgroup_bytes + rem * 16);
+    }
+    const int32_t* rows = item_rows + (j & 1) * T.nt;
+    constexpr int kXPiecesPerRow = T.bk * 2 / 16;
+    for (int i = tid; i < T.nt * kXPiecesPerRow; i += kThreads) {
+      const int r = i / kXPiecesPerRow, piece = i % kXPiecesPerRow;
+      const int32_t xrow = rows[r];
+      ptx::cp_async_16(st + L.act_offset() + r * L.act_row_stride() + piece * 16,
+                       p.x + int64_t(xrow < 0 ? 0 : xrow) * p.k + int64_t(kt) * T.bk + piece * 8, xrow < 0 ? 0 : 16);
+    }
+  };
 
-    for (int kt = 0; kt < KT; ++kt) {
-      ptx::cp_async_wait_dynamic(stages - 2);
-      __syncthreads();
-      {
-        const int next = kt + stages - 1;
-        if (next < KT) load_stage(next % stages, next);
-        ptx::cp_async_commit();
-      }
-      const uint8_t* st = smem + (kt % stages) * L.smem_bytes_per_stage();
-      const uint8_t* wst = st + L.weight_offset();
-      const uint8_t* sst = st + L.scale_offset();
-      const uint8_t* xst = st + L.act_offset();
+  float acc[kAccSets][MT][NT8][4];
+  auto clear_acc = [&] {
+#pragma unroll
+    for (int a = 0; a < kAccSets; ++a)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < NT8; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[a][mt][j][q] = 0.f;
+  };
+  clear_acc();
 
+  // ---- prologue: stages-1 loads in flight (the planner keeps stages-1 <= KT) ----
+  stage_rows(0);
+  if (my_items > 1) stage_rows(1);
+  __syncthreads();
+  for (int s = 0; s < stages - 1; ++s) {
+    if (s < total_steps && p.debug_mode != 2) load_stage(s);
+    ptx::cp_async_commit();
+  }
+
+  for (int step = 0; step < total_steps; ++step) {
+    ptx::cp_async_wait_dynamic(stages - 2);
+    __syncthreads();
+    {
+      const int next = step + stages - 1;
+      if (next < total_steps && (p.debug_mode != 2 || next < stages - 1)) load_stage(next);
+      ptx::cp_async_commit();
+      // Rows of the item after the one the loader just entered; published by the next barrier.
+      if (next % KT == 0 && next / KT + 1 < my_items) stage_rows(next / KT + 1);
+    }
+    const uint8_t* st = smem + (step % stages) * L.smem_bytes_per_stage();
+    const uint8_t* wst = st + L.weight_offset();
+    const uint8_t* sst = st + L.scale_offset();
+    const uint8_t* xst = st + L.act_offset();
+
+    if (p.debug_mode != 1) {
 #pragma unroll
       for (int kk = 0; kk < kWGranPerStage; ++kk) {
         uint4 wq[MT], sq[MT];
@@ -192,14 +217,15 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
         }
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
-          const int step = (kk % 2) * 4 + t;  // k16 step inside the k128 scale granule
+          const int step8 = (kk % 2) * 4 + t;  // k16 step inside the k128 scale granule
+          const int set = kAccSets == 2 ? (t & 1) : 0;
           uint32_t a[MT][4];
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             const uint32_t word = t == 0 ? wq[mt].x : t == 1 ? wq[mt].y : t == 2 ? wq[mt].z : wq[mt].w;
-            const uint32_t sword = (step / 2) == 0 ? sq[mt].x : (step / 2) == 1 ? sq[mt].y : (step / 2) == 2 ? sq[mt].z : sq[mt].w;
-            const uint32_t s_lo = (step % 2) ? scale_operand<2>(sword, p.scale_add2) : scale_operand<0>(sword, p.scale_add2);
-            const uint32_t s_hi = (step % 2) ? scale_operand<3>(sword, p.scale_add2) : scale_operand<1>(sword, p.scale_add2);
+            const uint32_t sword = (step8 / 2) == 0 ? sq[mt].x : (step8 / 2) == 1 ? sq[mt].y : (step8 / 2) == 2 ? sq[mt].z : sq[mt].w;
+            const uint32_t s_lo = (step8 % 2) ? scale_operand<2>(sword, p.scale_add2) : scale_operand<0>(sword, p.scale_add2);
+            const uint32_t s_hi = (step8 % 2) ? scale_operand<3>(sword, p.scale_add2) : scale_operand<1>(sword, p.scale_add2);
             uint32_t pat[4];
             pack::unpack_word(word, pat);
             a[mt][0] = ptx::mul_bf16x2(pat[0], s_lo);
@@ -220,39 +246,46 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
             }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              ptx::mma_bf16_16816(acc[mt][j], a[mt], b);
-              if constexpr (NT8 > 1) ptx::mma_bf16_16816(acc[mt][j + 1], a[mt], b + 2);
+              ptx::mma_bf16_16816(acc[set][mt][j], a[mt], b);
+              if constexpr (NT8 > 1) ptx::mma_bf16_16816(acc[set][mt][j + 1], a[mt], b + 2);
             }
           }
         }
       }
     }
-    ptx::cp_async_wait<0>();
 
-    // ---- epilogue: scale, round to bf16, stage [nt][bm], store whole rows ----
-    const float gs = p.dequant_scale[e];
+    if (step % KT != KT - 1) continue;
+    // ---- epilogue of item step/KT: scale, round to bf16, stage [nt][bm], store whole rows ----
+    // (the loader is already streaming the next item's first stages)
+    const WorkItem w = work_item(step / KT);
+    const float gs = p.dequant_scale[w.expert];
+    constexpr int kEpiStride = static_cast<int>(L.epilogue_row_stride() / 2);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const int f = (warp * MT + mt) * 16 + lane / 4;
 #pragma unroll
       for (int j = 0; j < NT8; ++j) {
+        float v[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) v[q] = kAccSets == 2 ? acc[0][mt][j][q] + acc[kAccSets - 1][mt][j][q] : acc[0][mt][j][q];
         const int tok = j * 8 + (lane % 4) * 2;
-        const int stride = static_cast<int>(L.epilogue_row_stride() / 2);
-        epi[tok * stride + f] = __float2bfloat16_rn(acc[mt][j][0] * gs);
-        epi[(tok + 1) * stride + f] = __float2bfloat16_rn(acc[mt][j][1] * gs);
-        epi[tok * stride + f + 8] = __float2bfloat16_rn(acc[mt][j][2] * gs);
-        epi[(tok + 1) * stride + f + 8] = __float2bfloat16_rn(acc[mt][j][3] * gs);
+        epi[tok * kEpiStride + f] = __float2bfloat16_rn(v[0] * gs);
+        epi[(tok + 1) * kEpiStride + f] = __float2bfloat16_rn(v[1] * gs);
+        epi[tok * kEpiStride + f + 8] = __float2bfloat16_rn(v[2] * gs);
+        epi[(tok + 1) * kEpiStride + f + 8] = __float2bfloat16_rn(v[3] * gs);
       }
     }
+    clear_acc();
     __syncthreads();
     constexpr int kPiecesPerRow = T.bm * 2 / 16;
-    for (int i = tid; i < rows * kPiecesPerRow; i += kThreads) {
+    for (int i = tid; i < w.rows * kPiecesPerRow; i += kThreads) {
       const int r = i / kPiecesPerRow, piece = i % kPiecesPerRow;
       const uint4 v = *reinterpret_cast<const uint4*>(reinterpret_cast<const uint8_t*>(epi) + r * L.epilogue_row_stride() + piece * 16);
-      *reinterpret_cast<uint4*>(p.y + int64_t(row0 + r) * p.n + int64_t(ntile) * T.bm + piece * 8) = v;
+      *reinterpret_cast<uint4*>(p.y + int64_t(w.row0 + r) * p.n + int64_t(w.ntile) * T.bm + piece * 8) = v;
     }
-    __syncthreads();  // the stages and the staging tile are reused by the next item
+    // The staging tile is rewritten KT barriers later; nothing else waits here.
   }
+  ptx::cp_async_wait<0>();
 }
 
 using KernelFn = void (*)(KernelParams);
@@ -314,7 +347,8 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
   const int grid = launch.grid > 0 ? launch.grid : per_sm * dev.sm_count;
   KernelParams kp{a.weights, a.scales, a.dequant_scale, a.x, a.gather, a.expert_offsets, a.y,
                   a.n, a.k, static_cast<int>(a.num_experts), pl.stages,
-                  (prepared_scale_exponent_add(a.format) << 7) | (prepared_scale_exponent_add(a.format) << 23)};
+                  (prepared_scale_exponent_add(a.format) << 7) | (prepared_scale_exponent_add(a.format) << 23),
+                  launch.debug_mode};
   fn<<<grid, plan::kDecodeTiles[launch.tile].threads(), static_cast<size_t>(smem), stream>>>(kp);
   FP4MOE_CHECK_LAUNCH("decode_grouped_gemm");
 }

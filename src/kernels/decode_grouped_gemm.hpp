@@ -32,6 +32,7 @@ struct DecodeLaunch {
   int tile = 0;     // index into plan::kDecodeTiles
   int stages = 0;   // from the planner
   int grid = 0;     // persistent CTAs; 0 = fill the device
+  int debug_mode = 0;  // benchmark diagnostics only: 1 = loads only, 2 = compute only (wrong results)
 };
 
 // Validates the launch against the planner's verdict for the current device

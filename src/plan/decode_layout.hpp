@@ -73,19 +73,22 @@ struct DecodeSmemLayout {
   // and the current work item's activation row indices (gathered once per item) ---
   static constexpr int64_t kMaxExperts = 1024;
   constexpr int64_t scheduler_prefix_bytes() const { return (kMaxExperts + 1) * 4; }
-  constexpr int64_t row_index_bytes() const { return int64_t(tile.nt) * 4; }
+  constexpr int64_t row_index_bytes() const { return 2 * int64_t(tile.nt) * 4; }  // double-buffered
   constexpr int64_t scheduler_bytes() const { return align_up(scheduler_prefix_bytes() + row_index_bytes(), kSmemAlign); }
 
   constexpr int64_t epilogue_offset(int stages) const { return stages * smem_bytes_per_stage(); }
   constexpr int64_t scheduler_offset(int stages) const { return epilogue_offset(stages) + epilogue_bytes(); }
   constexpr int64_t total_bytes(int stages) const { return scheduler_offset(stages) + scheduler_bytes(); }
 
-  // DESIGN.md section 4: stages = floor((capacity - epilogue - fixed) / per_stage), capped.
-  constexpr int stages_for(int64_t capacity) const {
+  // DESIGN.md section 4: stages = floor((capacity - epilogue - fixed) / per_stage),
+  // capped at the tile's maximum and at K/bk + 1 (the loader runs at most one item ahead).
+  constexpr int stages_for(int64_t capacity, int64_t k) const {
     const int64_t room = capacity - epilogue_bytes() - scheduler_bytes();
     if (room < 0) return 0;
-    const int64_t s = room / smem_bytes_per_stage();
-    return static_cast<int>(s < tile.max_stages ? s : tile.max_stages);
+    int64_t s = room / smem_bytes_per_stage();
+    if (s > tile.max_stages) s = tile.max_stages;
+    if (s > k / tile.bk + 1) s = k / tile.bk + 1;
+    return static_cast<int>(s);
   }
   static constexpr int kMinStages = 2;
 };

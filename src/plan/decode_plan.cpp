@@ -27,7 +27,7 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, int64_t capacity
   p.per_stage = L.smem_bytes_per_stage();
   p.min_stages = DecodeSmemLayout::kMinStages;
   p.max_stages = t.max_stages;
-  const int auto_stages = L.stages_for(capacity);
+  const int auto_stages = L.stages_for(capacity, k);
   p.stages = stages_request > 0 ? stages_request : auto_stages;
   p.smem_bytes = L.total_bytes(p.stages);
   p.headroom = capacity - p.smem_bytes;
@@ -43,7 +43,7 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, int64_t capacity
       {"pipeline barriers", 0, "cp.async groups need no mbarrier"},
       {"epilogue staging (bf16)", L.epilogue_bytes(), std::to_string(t.nt) + " tokens x (" + std::to_string(t.bm) + " x 2 + 16)"},
       {"scheduler prefix", L.scheduler_prefix_bytes(), "(1024 experts + 1) x 4, token chunks per expert"},
-      {"row indices", L.row_index_bytes(), std::to_string(t.nt) + " gathered activation rows x 4"},
+      {"row indices", L.row_index_bytes(), "2 items x " + std::to_string(t.nt) + " gathered activation rows x 4"},
       {"fixed-region alignment padding", L.scheduler_bytes() - L.scheduler_prefix_bytes() - L.row_index_bytes(), "to 128 bytes"},
       {"runtime reservation", 1024, "per block, outside the opt-in capacity (sm_80+)"},
   };
@@ -62,9 +62,10 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, int64_t capacity
         << "); the kernel needs at least " << p.min_stages;
     p.suggestions.push_back("a tile with a shorter K stage (bk 128) or fewer tokens per tile (nt) needs " +
                             std::to_string(p.min_stages) + " x less per stage");
-  } else if (p.stages > p.max_stages) {
+  } else if (p.stages > p.max_stages || p.stages > k / t.bk + 1) {
     p.fits = false;
-    why << name << ": " << p.stages << " stages requested, the kernel supports at most " << p.max_stages;
+    why << name << ": " << p.stages << " stages requested, the kernel supports at most " << p.max_stages
+        << " and K/bk + 1 = " << k / t.bk + 1;
   } else if (p.smem_bytes > capacity) {
     p.fits = false;
     why << name << " with " << p.stages << " stages needs " << p.smem_bytes << " bytes; the limit is " << capacity
