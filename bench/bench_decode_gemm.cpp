@@ -76,6 +76,12 @@ int main(int argc, char** argv) {
   app.add_option("--out", out_path, "JSON output");
   app.add_option("--reps", reps, "Timed repetitions per case")->check(CLI::Range(3, 10000));
   app.add_flag("!--default-tile-only", all_tiles, "Time only the planner's default tile");
+  std::string only_gemm;
+  int only_tile = -1;
+  bool skip_peers = false;
+  app.add_option("--gemm", only_gemm, "Only this GEMM (gemm1 or gemm2)");
+  app.add_option("--tile", only_tile, "Only this tile index (profiling)");
+  app.add_flag("--no-peers", skip_peers, "Skip the cuBLAS peer and the diagnostics");
   CLI11_PARSE(app, argc, argv);
   try {
     std::string why;
@@ -112,6 +118,7 @@ int main(int argc, char** argv) {
 
     const int64_t max_t = *std::max_element(tokens.begin(), tokens.end());
     for (const Gemm& g : gemms) {
+      if (!only_gemm.empty() && only_gemm != g.name) continue;
       // FP4 weights in the prepared layout, random: every code and scale byte is
       // a valid value, so random bytes in the prepared layout are random weights.
       DeviceBuffer<uint8_t> w(size_t(E * g.n * g.k / 2)), s(size_t(E * g.n * g.k / 16));
@@ -158,6 +165,7 @@ int main(int argc, char** argv) {
         double default_ms = 0;
         for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
           if (!all_tiles && tile != def_tile) continue;
+          if (only_tile >= 0 && tile != only_tile) continue;
           const plan::SmemPlan pl = plan::plan_decode_tile(tile, g.n, g.k, dev.smem_optin_per_block);
           if (!pl.fits) continue;
           kernels::DecodeLaunch L{tile, pl.stages, 0};
@@ -175,8 +183,8 @@ int main(int argc, char** argv) {
 
         // Where the time goes (METHOD.md: leave one part out): the best tile
         // with only its loads, and with only its math (results are garbage).
-        json diag;
-        {
+        json diag = {{"loads_only_ms", 0.0}, {"compute_only_ms", 0.0}};
+        if (!skip_peers) {
           const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, dev.smem_optin_per_block);
           for (int mode : {1, 2}) {
             kernels::DecodeLaunch L{best_tile, pl.stages, 0, mode};
@@ -189,6 +197,10 @@ int main(int argc, char** argv) {
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         const float alpha = 1.f, beta = 0.f;
+        if (skip_peers) {
+          fmt::print("{} T={} tile {}: {:.4f} ms\n", g.name, T, plan::decode_tile_name(best_tile), best.median_ms);
+          continue;
+        }
         FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         for (int64_t e = 0; e < E; ++e) {
           const int rows = rb.counts[size_t(e)];

@@ -139,32 +139,48 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
       dst[r] = r < w.rows ? (p.gather ? p.gather[w.row0 + r] : w.row0 + r) : -1;
   };
 
+  // Loader cursor: (item j, k-stage kt, ring slot), advanced without divisions.
+  struct Cursor {
+    int j = 0, kt = 0, slot = 0;
+  };
+  Cursor ld;
   WorkItem load_item = work_item(0);
-  auto load_stage = [&](int step) {
-    const int j = step / KT, kt = step % KT;
-    if (kt == 0 && step > 0) load_item = work_item(j);
-    uint8_t* st = smem + (step % stages) * L.smem_bytes_per_stage();
+  auto load_stage = [&] {
+    // Entering item j >= 1: stage the rows of item j+1 into the buffer item j-1
+    // used; item j-1's last loads were issued before the barrier just passed.
+    if (ld.kt == 0 && ld.j > 0 && ld.j + 1 < my_items) stage_rows(ld.j + 1);
+    uint8_t* st = smem + ld.slot * L.smem_bytes_per_stage();
     const uint8_t* wsrc = p.weights + load_item.expert * w_expert_bytes +
-                          int64_t(load_item.ntile) * kRowGroups * w_rowgroup_bytes + int64_t(kt) * kWGranPerStage * 512;
+                          int64_t(load_item.ntile) * kRowGroups * w_rowgroup_bytes + int64_t(ld.kt) * kWGranPerStage * 512;
     const uint8_t* ssrc = p.scales + load_item.expert * s_expert_bytes +
-                          int64_t(load_item.ntile) * kRowGroups * s_rowgroup_bytes + int64_t(kt) * kSGranPerStage * 128;
+                          int64_t(load_item.ntile) * kRowGroups * s_rowgroup_bytes + int64_t(ld.kt) * kSGranPerStage * 128;
     constexpr int kWChunks = kRowGroups * kWGranPerStage * 32;  // 16-byte pieces
+#pragma unroll
     for (int i = tid; i < kWChunks; i += kThreads) {
       const int rg = i / (kWGranPerStage * 32), rem = i % (kWGranPerStage * 32);
       ptx::cp_async_16(st + L.weight_offset() + int64_t(i) * 16, wsrc + rg * w_rowgroup_bytes + rem * 16);
     }
     constexpr int kSChunks = kRowGroups * kSGranPerStage * 8;
+#pragma unroll
     for (int i = tid; i < kSChunks; i += kThreads) {
       const int rg = i / (kSGranPerStage * 8), rem = i % (kSGranPerStage * 8);
       ptx::cp_async_16(st + L.scale_offset() + int64_t(i) * 16, ssrc + rg * s_rowgroup_bytes + rem * 16);
     }
-    const int32_t* rows = item_rows + (j & 1) * T.nt;
+    const int32_t* rows = item_rows + (ld.j & 1) * T.nt;
     constexpr int kXPiecesPerRow = T.bk * 2 / 16;
+#pragma unroll
     for (int i = tid; i < T.nt * kXPiecesPerRow; i += kThreads) {
       const int r = i / kXPiecesPerRow, piece = i % kXPiecesPerRow;
       const int32_t xrow = rows[r];
       ptx::cp_async_16(st + L.act_offset() + r * L.act_row_stride() + piece * 16,
-                       p.x + int64_t(xrow < 0 ? 0 : xrow) * p.k + int64_t(kt) * T.bk + piece * 8, xrow < 0 ? 0 : 16);
+                       p.x + int64_t(xrow < 0 ? 0 : xrow) * p.k + int64_t(ld.kt) * T.bk + piece * 8, xrow < 0 ? 0 : 16);
+    }
+  };
+  auto advance_loader = [&] {
+    if (++ld.slot == stages) ld.slot = 0;
+    if (++ld.kt == KT) {
+      ld.kt = 0;
+      if (++ld.j < my_items) load_item = work_item(ld.j);
     }
   };
 
@@ -186,21 +202,20 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
   if (my_items > 1) stage_rows(1);
   __syncthreads();
   for (int s = 0; s < stages - 1; ++s) {
-    if (s < total_steps && p.debug_mode != 2) load_stage(s);
+    if (s < total_steps && p.debug_mode != 2) load_stage();
     ptx::cp_async_commit();
+    advance_loader();
   }
 
+  int slot = 0, kt = 0, j = 0;  // compute cursor
   for (int step = 0; step < total_steps; ++step) {
     ptx::cp_async_wait_dynamic(stages - 2);
     __syncthreads();
-    {
-      const int next = step + stages - 1;
-      if (next < total_steps && (p.debug_mode != 2 || next < stages - 1)) load_stage(next);
-      ptx::cp_async_commit();
-      // Rows of the item after the one the loader just entered; published by the next barrier.
-      if (next % KT == 0 && next / KT + 1 < my_items) stage_rows(next / KT + 1);
-    }
-    const uint8_t* st = smem + (step % stages) * L.smem_bytes_per_stage();
+    if (step + stages - 1 < total_steps && p.debug_mode != 2) load_stage();
+    ptx::cp_async_commit();
+    advance_loader();
+
+    const uint8_t* st = smem + slot * L.smem_bytes_per_stage();
     const uint8_t* wst = st + L.weight_offset();
     const uint8_t* sst = st + L.scale_offset();
     const uint8_t* xst = st + L.act_offset();
@@ -235,40 +250,42 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
           }
           const int kofs = kk * 64 + t * 16;
 #pragma unroll
-          for (int j = 0; j < NT8; j += 2) {
+          for (int jn = 0; jn < NT8; jn += 2) {
             uint32_t b[4];
             if constexpr (NT8 == 1) {
               const int r = lane % 8, kh = (lane / 8) % 2;
               ptx::ldmatrix_x2(b, xst + r * L.act_row_stride() + (kofs + kh * 8) * 2);
             } else {
-              const int r = j * 8 + (lane % 8) + (lane / 16) * 8, kh = (lane / 8) % 2;
+              const int r = jn * 8 + (lane % 8) + (lane / 16) * 8, kh = (lane / 8) % 2;
               ptx::ldmatrix_x4(b, xst + r * L.act_row_stride() + (kofs + kh * 8) * 2);
             }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              ptx::mma_bf16_16816(acc[set][mt][j], a[mt], b);
-              if constexpr (NT8 > 1) ptx::mma_bf16_16816(acc[set][mt][j + 1], a[mt], b + 2);
+              ptx::mma_bf16_16816(acc[set][mt][jn], a[mt], b);
+              if constexpr (NT8 > 1) ptx::mma_bf16_16816(acc[set][mt][jn + 1], a[mt], b + 2);
             }
           }
         }
       }
     }
 
-    if (step % KT != KT - 1) continue;
-    // ---- epilogue of item step/KT: scale, round to bf16, stage [nt][bm], store whole rows ----
+    if (++slot == stages) slot = 0;
+    if (++kt < KT) continue;
+    kt = 0;
+    // ---- epilogue of item j: scale, round to bf16, stage [nt][bm], store whole rows ----
     // (the loader is already streaming the next item's first stages)
-    const WorkItem w = work_item(step / KT);
+    const WorkItem w = work_item(j++);
     const float gs = p.dequant_scale[w.expert];
     constexpr int kEpiStride = static_cast<int>(L.epilogue_row_stride() / 2);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const int f = (warp * MT + mt) * 16 + lane / 4;
 #pragma unroll
-      for (int j = 0; j < NT8; ++j) {
+      for (int jn = 0; jn < NT8; ++jn) {
         float v[4];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) v[q] = kAccSets == 2 ? acc[0][mt][j][q] + acc[kAccSets - 1][mt][j][q] : acc[0][mt][j][q];
-        const int tok = j * 8 + (lane % 4) * 2;
+        for (int q = 0; q < 4; ++q) v[q] = kAccSets == 2 ? acc[0][mt][jn][q] + acc[kAccSets - 1][mt][jn][q] : acc[0][mt][jn][q];
+        const int tok = jn * 8 + (lane % 4) * 2;
         epi[tok * kEpiStride + f] = __float2bfloat16_rn(v[0] * gs);
         epi[(tok + 1) * kEpiStride + f] = __float2bfloat16_rn(v[1] * gs);
         epi[tok * kEpiStride + f + 8] = __float2bfloat16_rn(v[2] * gs);
