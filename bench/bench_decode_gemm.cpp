@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const DeviceInfo& dev = devs[0];
+    const plan::SmemBudget budget{dev.smem_optin_per_block, dev.smem_per_sm, dev.smem_reserved_per_block};
     const MoeConfig cfg = preset("glm5");
     const int64_t E = cfg.num_experts;
     const Gemm gemms[] = {{"gemm1", 2 * cfg.intermediate, cfg.hidden, true}, {"gemm2", cfg.hidden, cfg.intermediate, false}};
@@ -157,7 +158,7 @@ int main(int argc, char** argv) {
         const double floor_ms =
             std::max(bytes / (ceil.copy_tb_per_s * 1e12), flops / (ceil.bf16_tflop_per_s * 1e12)) * 1e3;
 
-        const int def_tile = plan::rank_decode_tiles(g.n, g.k, dev.smem_optin_per_block, double(rb.pairs) / E,
+        const int def_tile = plan::rank_decode_tiles(g.n, g.k, budget, double(rb.pairs) / E,
                                                      rb.active, dev.sm_count);
         json tiles = json::array();
         double best_ms = 1e30;
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
         for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
           if (!all_tiles && tile != def_tile) continue;
           if (only_tile >= 0 && tile != only_tile) continue;
-          const plan::SmemPlan pl = plan::plan_decode_tile(tile, g.n, g.k, dev.smem_optin_per_block);
+          const plan::SmemPlan pl = plan::plan_decode_tile(tile, g.n, g.k, budget);
           if (!pl.fits) continue;
           kernels::DecodeLaunch L{tile, pl.stages, 0};
           const TimingStats t = time_on_stream([&] { kernels::launch_decode_grouped_gemm(a, L, stream); }, stream, 5, reps);
@@ -176,7 +177,7 @@ int main(int argc, char** argv) {
           if (tile == def_tile) default_ms = t.median_ms;
         }
         const TimingStats best = [&] {
-          const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, dev.smem_optin_per_block);
+          const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, budget);
           kernels::DecodeLaunch L{best_tile, pl.stages, 0};
           return time_on_stream([&] { kernels::launch_decode_grouped_gemm(a, L, stream); }, stream, 3, reps);
         }();
@@ -185,7 +186,7 @@ int main(int argc, char** argv) {
         // with only its loads, and with only its math (results are garbage).
         json diag = {{"loads_only_ms", 0.0}, {"compute_only_ms", 0.0}};
         if (!skip_peers) {
-          const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, dev.smem_optin_per_block);
+          const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, budget);
           for (int mode : {1, 2}) {
             kernels::DecodeLaunch L{best_tile, pl.stages, 0, mode};
             const TimingStats t = time_on_stream([&] { kernels::launch_decode_grouped_gemm(a, L, stream); }, stream, 3, 20);

@@ -64,10 +64,10 @@ inline constexpr float kAccumulatorFactor = 1024.0f;
 inline constexpr int kNvfp4ScaleBias = 9;
 inline constexpr int kMxfp4ScaleBias = 20;
 constexpr uint32_t scale_exponent_add(int bias) { return uint32_t(kScaleOperandExp2 + 127 - bias); }
-// Both bf16 halves of the operand for a prepared byte (the kernel's arithmetic).
-FP4MOE_HD uint32_t scale_operand_pair(uint32_t byte, uint32_t exponent_add) {
-  const uint32_t add = (exponent_add << 7) | (exponent_add << 23);
-  return (byte | (byte << 16)) * 16u + add;
+// The bf16x2 operands of two prepared bytes spread as lo | hi << 16 (the kernel
+// spreads them with one byte permute): lo's operand in the low half, hi's in the high.
+FP4MOE_HD uint32_t scale_operands(uint32_t spread_bytes, uint32_t exponent_add) {
+  return spread_bytes * 16u + ((exponent_add << 7) | (exponent_add << 23));
 }
 
 inline constexpr int kLanes = 32;

@@ -49,11 +49,18 @@ struct KernelParams {
   int debug_mode;       // 0 normal; benchmark diagnostics: 1 loads only, 2 compute only
 };
 
-// Prepared scale byte `Idx` of a 4-byte word -> bf16x2 operand s * 2^116 in both
-// halves: one byte permute and one integer multiply-add (decode_pack.hpp).
-template <int Idx>
-__device__ __forceinline__ uint32_t scale_operand(uint32_t word, uint32_t add2) {
-  return __byte_perm(word, 0u, 0x4040u | Idx | (Idx << 8)) * 16u + add2;
+// Prepared scale bytes Lo and Lo+1 of a 4-byte word (rows r and r+8 of one k16
+// step) -> bf16 operands s * 2^116 in the low and high half: one byte permute and
+// one multiply-add (decode_pack.hpp); the multiplies pick a half (.H0_H0 / .H1_H1).
+template <int Lo>
+__device__ __forceinline__ __nv_bfloat162 scale_operands(uint32_t word, uint32_t add2) {
+  const uint32_t v = pack::scale_operands(__byte_perm(word, 0u, 0x4040u | Lo | ((Lo + 1) << 8)), 0) + add2;
+  return *reinterpret_cast<const __nv_bfloat162*>(&v);
+}
+
+__device__ __forceinline__ uint32_t scaled(uint32_t pattern, __nv_bfloat162 scale) {
+  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&pattern), scale);
+  return *reinterpret_cast<const uint32_t*>(&r);
 }
 
 struct WorkItem {
@@ -61,7 +68,7 @@ struct WorkItem {
 };
 
 template <int TileIndex>
-__global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
+__global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan::kDecodeTiles[TileIndex].ctas_per_sm)
     decode_grouped_gemm_kernel(const KernelParams p) {
   constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];
   constexpr DecodeSmemLayout L{T};
@@ -239,14 +246,15 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads())
           for (int mt = 0; mt < MT; ++mt) {
             const uint32_t word = t == 0 ? wq[mt].x : t == 1 ? wq[mt].y : t == 2 ? wq[mt].z : wq[mt].w;
             const uint32_t sword = (step8 / 2) == 0 ? sq[mt].x : (step8 / 2) == 1 ? sq[mt].y : (step8 / 2) == 2 ? sq[mt].z : sq[mt].w;
-            const uint32_t s_lo = (step8 % 2) ? scale_operand<2>(sword, p.scale_add2) : scale_operand<0>(sword, p.scale_add2);
-            const uint32_t s_hi = (step8 % 2) ? scale_operand<3>(sword, p.scale_add2) : scale_operand<1>(sword, p.scale_add2);
+            const __nv_bfloat162 sc = (step8 % 2) ? scale_operands<2>(sword, p.scale_add2) : scale_operands<0>(sword, p.scale_add2);
+            const __nv_bfloat162 s_lo = __bfloat162bfloat162(__low2bfloat16(sc));
+            const __nv_bfloat162 s_hi = __bfloat162bfloat162(__high2bfloat16(sc));
             uint32_t pat[4];
             pack::unpack_word(word, pat);
-            a[mt][0] = ptx::mul_bf16x2(pat[0], s_lo);
-            a[mt][1] = ptx::mul_bf16x2(pat[1], s_hi);
-            a[mt][2] = ptx::mul_bf16x2(pat[2], s_lo);
-            a[mt][3] = ptx::mul_bf16x2(pat[3], s_hi);
+            a[mt][0] = scaled(pat[0], s_lo);
+            a[mt][1] = scaled(pat[1], s_hi);
+            a[mt][2] = scaled(pat[2], s_lo);
+            a[mt][3] = scaled(pat[3], s_hi);
           }
           const int kofs = kk * 64 + t * 16;
 #pragma unroll
@@ -315,7 +323,7 @@ constexpr auto kKernels = make_kernel_table(std::make_integer_sequence<int, plan
 
 struct DeviceState {
   int device = -1, sm_count = 0, cc = 0;
-  int64_t capacity = 0;
+  plan::SmemBudget budget;
 };
 
 const DeviceState& current_device() {
@@ -332,7 +340,11 @@ const DeviceState& current_device() {
     FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev));
     s.cc = ma * 10 + mi;
     FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    s.capacity = v;
+    s.budget.optin_per_block = v;
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    s.budget.per_sm = v;
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    s.budget.reserved_per_block = v;
   }
   return s;
 }
@@ -352,7 +364,7 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
   FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.x && a.expert_offsets && a.y,
                "decode GEMM: a device pointer is null (weights, scales, dequant_scale, x, expert_offsets and y are required)");
   // The planner decides whether this launch may run; nothing it rejects is launched.
-  const plan::SmemPlan pl = plan::plan_decode_tile(launch.tile, a.n, a.k, dev.capacity, launch.stages);
+  const plan::SmemPlan pl = plan::plan_decode_tile(launch.tile, a.n, a.k, dev.budget, launch.stages);
   FP4MOE_CHECK(pl.fits, "decode GEMM: the planner rejects this launch: " << pl.explanation);
   const int64_t smem = pl.smem_bytes;
   const KernelFn fn = kKernels[static_cast<size_t>(launch.tile)];

@@ -19,6 +19,24 @@ struct Arch {
   bool has_fp4_mma;             // native block-scaled FP4 MMA (sm_100a / sm_120a)
 };
 
+// What one block may use: the opt-in limit, what an SM holds in all, and the
+// runtime's per-block reservation. From the table, or read off a real device.
+struct SmemBudget {
+  int64_t optin_per_block = 0;
+  int64_t per_sm = 0;
+  int64_t reserved_per_block = 0;
+  // Bytes one block may allocate when `ctas_per_sm` blocks must be resident together.
+  constexpr int64_t per_block_at(int ctas_per_sm) const {
+    const int64_t share = per_sm / ctas_per_sm - reserved_per_block;
+    return share < optin_per_block ? share : optin_per_block;
+  }
+  // A target with only `optin` bytes per block (e.g. sm_120's 101376 on this GPU).
+  static constexpr SmemBudget clamped(int64_t optin) { return {optin, optin + 1024, 1024}; }
+};
+constexpr SmemBudget budget_of(const Arch& a) {
+  return {a.smem_optin_per_block, a.smem_per_sm, a.smem_reserved_per_block};
+}
+
 std::span<const Arch> all_archs();
 // Accepts "sm_90", "sm90", "90", "sm_90a", "9.0"; throws fp4moe::Error naming the value.
 const Arch& find_arch(std::string_view name);

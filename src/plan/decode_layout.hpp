@@ -18,6 +18,7 @@ struct DecodeTile {
   int bk;           // K elements per pipeline stage (multiple of 128)
   int warp_m_tiles; // m16 tiles per warp: B fragments are reused this many times
   int max_stages;
+  int ctas_per_sm;  // occupancy target: the stage budget is the SM's share for this many CTAs
 
   constexpr int warps() const { return bm / (16 * warp_m_tiles); }
   constexpr int threads() const { return warps() * 32; }
@@ -26,15 +27,18 @@ struct DecodeTile {
 
 // The one list of decode configurations: kernels are instantiated from it, the
 // planner plans it, the tuner times it and the tests check it. Append to extend.
+// The kernel is bound by instruction issue (dequantization), not by bytes in
+// flight, so most tiles trade pipeline depth for resident warps (ctas_per_sm).
 inline constexpr DecodeTile kDecodeTiles[] = {
-    {128, 8, 256, 1, 8},   // 1..8 tokens per expert
-    {128, 16, 256, 1, 8},  // 9..16
-    {128, 32, 256, 1, 6},  // 17..32
-    {128, 64, 256, 2, 6},  // 33..64: two m16 tiles per warp halve B-fragment traffic
-    {64, 8, 256, 1, 8},    // few experts active: more CTAs per expert
-    {128, 64, 128, 2, 8},  // small-capacity targets (sm_86/89/120): shorter stages
-    {128, 16, 256, 2, 8},  // 4 warps, each B fragment feeds two m16 tiles
-    {128, 32, 256, 2, 6},
+    {128, 8, 256, 1, 4, 3},   // 1..8 tokens per expert, 24 warps per SM
+    {128, 16, 256, 1, 4, 2},  // 9..16 (3 CTAs/SM would cap registers below its need)
+    {128, 32, 256, 1, 4, 2},  // 17..32
+    {128, 64, 256, 2, 4, 2},  // 33..64: two m16 tiles per warp halve B-fragment traffic
+    {64, 8, 256, 1, 4, 4},    // few experts active: more CTAs per expert
+    {128, 64, 128, 2, 8, 1},  // small-capacity targets (sm_86/89/120): shorter stages
+    {128, 16, 256, 2, 4, 4},  // 4 warps, each B fragment feeds two m16 tiles
+    {128, 32, 256, 2, 4, 3},
+    {128, 8, 256, 1, 8, 1},   // one deep pipeline per SM (for comparison in tuning)
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 
@@ -82,6 +86,7 @@ struct DecodeSmemLayout {
 
   // DESIGN.md section 4: stages = floor((capacity - epilogue - fixed) / per_stage),
   // capped at the tile's maximum and at K/bk + 1 (the loader runs at most one item ahead).
+  // `capacity` is the per-block budget at the tile's occupancy target.
   constexpr int stages_for(int64_t capacity, int64_t k) const {
     const int64_t room = capacity - epilogue_bytes() - scheduler_bytes();
     if (room < 0) return 0;
@@ -100,6 +105,7 @@ constexpr bool decode_tiles_valid() {
   for (const DecodeTile& t : kDecodeTiles) {
     if (t.nt % 8 || t.bk % kScaleGranuleK || t.bm % (16 * t.warp_m_tiles) || t.warps() < 1 || t.warps() > 16) return false;
     if (t.nt % (2 * 8) && t.nt != 8) return false;  // ldmatrix.x4 covers two n8 tiles
+    if (t.ctas_per_sm < 1 || t.max_stages < DecodeSmemLayout::kMinStages || t.max_stages > 8) return false;
   }
   return true;
 }

@@ -12,14 +12,15 @@ std::string decode_tile_name(int tile_index) {
                "decode tile index " << tile_index << " is outside 0.." << kNumDecodeTiles - 1);
   const DecodeTile& t = kDecodeTiles[tile_index];
   std::ostringstream os;
-  os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles;
+  os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles << "_c" << t.ctas_per_sm;
   return os.str();
 }
 
-SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, int64_t capacity, int stages_request) {
+SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request) {
   const std::string name = decode_tile_name(tile_index);
   const DecodeSmemLayout L = decode_layout(tile_index);
   const DecodeTile& t = L.tile;
+  const int64_t capacity = budget.per_block_at(t.ctas_per_sm);
   SmemPlan p;
   p.kernel = "decode";
   p.config = name;
@@ -49,6 +50,10 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, int64_t capacity
   };
 
   std::ostringstream why;
+  if (capacity < budget.optin_per_block)
+    why << "occupancy target " << t.ctas_per_sm << " CTAs/SM: per-block budget " << budget.per_sm << " / "
+        << t.ctas_per_sm << " - " << budget.reserved_per_block << " = " << capacity << " of the "
+        << budget.optin_per_block << " opt-in; ";
   if (n % t.bm != 0 || k % t.bk != 0) {
     p.fits = false;
     why << name << " does not divide the problem: N = " << n << " (tile " << t.bm << "), K = " << k << " (tile " << t.bk << ")";
@@ -83,12 +88,12 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, int64_t capacity
 }
 
 SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request) {
-  SmemPlan p = plan_decode_tile(tile_index, n, k, arch.smem_optin_per_block, stages_request);
+  SmemPlan p = plan_decode_tile(tile_index, n, k, budget_of(arch), stages_request);
   p.arch = std::string(arch.name);
   return p;
 }
 
-int rank_decode_tiles(int64_t n, int64_t k, int64_t capacity, double tokens_per_expert, int64_t active_experts,
+int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert, int64_t active_experts,
                       int sm_count) {
   // Cover the expert's tokens in one chunk (the weights are then read once),
   // with the fewest wasted token columns, then the deepest pipeline; prefer
@@ -103,7 +108,8 @@ int rank_decode_tiles(int64_t n, int64_t k, int64_t capacity, double tokens_per_
     const double chunks = std::ceil(std::max(1.0, tokens_per_expert) / t.nt);
     const double waste = chunks * t.nt - std::max(1.0, tokens_per_expert);
     const double items = double(active_experts) * chunks * double(n / t.bm);
-    double score = -chunks * 100.0 - waste - (t.nt < want ? 50.0 : 0.0) + std::min(p.stages, 4) * 2.0 + t.bk / 128.0;
+    double score = -chunks * 100.0 - waste - (t.nt < want ? 50.0 : 0.0) + std::min(p.stages, 4) * 2.0 + t.bk / 128.0 +
+                   std::min(t.ctas_per_sm * t.warps(), 24) * 0.5;
     if (items < 2.0 * sm_count && t.bm < 128) score += 20.0;
     if (score > best_score) {
       best_score = score;

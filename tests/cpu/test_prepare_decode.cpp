@@ -84,7 +84,7 @@ void expect_prepared_matches(Fp4Format f, uint64_t seed) {
           int ex = 0;
           const float fr = std::frexp(sv, &ex);
           const uint32_t byte = uint32_t((ex - 1 + (f == Fp4Format::nvfp4 ? 9 : 20)) << 3) | uint32_t((fr * 2 - 1) * 8);
-          const uint32_t pair = pack::scale_operand_pair(byte, add);
+          const uint32_t pair = pack::scale_operands(byte | (byte << 16), add);
           EXPECT_EQ(bf16_bits_to_float(pair & 0xFFFF), sv * std::ldexp(1.f, 116));
           EXPECT_EQ(pair >> 16, pair & 0xFFFF);
         }

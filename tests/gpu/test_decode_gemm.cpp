@@ -22,8 +22,8 @@ struct CaseResult {
 };
 
 // Expert e gets counts[e] rows; each row gathers a random token of X [T, K].
-CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<int>& counts, int tile, int64_t capacity,
-                    uint64_t seed) {
+CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<int>& counts, int tile,
+                    const plan::SmemBudget& capacity, uint64_t seed) {
   const int64_t E = static_cast<int64_t>(counts.size());
   const int64_t P = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const int64_t T = std::max<int64_t>(1, P / 2 + 3);
@@ -83,9 +83,10 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   return r;
 }
 
-int64_t device_capacity() {
+plan::SmemBudget device_capacity() {
   const auto d = list_devices();
-  return d.empty() ? 0 : d[0].smem_optin_per_block;
+  if (d.empty()) return {};
+  return {d[0].smem_optin_per_block, d[0].smem_per_sm, d[0].smem_reserved_per_block};
 }
 
 const std::vector<int> kCounts = {0, 1, 2, 3, 7, 8, 15, 16, 31, 33, 64, 65, 128};
@@ -119,12 +120,12 @@ TEST(GpuDecodeGemm, ModelShapes) {
 
 TEST(GpuDecodeGemm, Sm120PlanOnThisGpu) {
   FP4MOE_REQUIRE_GPU();
-  constexpr int64_t kSm120 = 101376;
+  const plan::SmemBudget kSm120 = plan::budget_of(plan::find_arch("sm_120"));
   int ran = 0;
   for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
     const plan::SmemPlan p = plan::plan_decode_tile(tile, 2048, 2048, kSm120);
     if (!p.fits) continue;
-    ASSERT_LE(p.smem_bytes, kSm120);
+    ASSERT_LE(p.smem_bytes, kSm120.optin_per_block);
     const CaseResult r = run_case(Fp4Format::nvfp4, 2048, 2048, {3, 0, 64, 17, 1}, tile, kSm120, 99 + tile);
     EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile);
     EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile);
