@@ -6,5 +6,6 @@ namespace fp4moe::cli {
 
 void register_info(CLI::App& app);
 void register_run(CLI::App& app);
+void register_plan(CLI::App& app);
 
 }  // namespace fp4moe::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   fp4moe::cli::register_info(app);
   fp4moe::cli::register_run(app);
+  fp4moe::cli::register_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

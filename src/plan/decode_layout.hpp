@@ -33,12 +33,14 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     {128, 8, 256, 1, 4, 3},   // 1..8 tokens per expert, 24 warps per SM
     {128, 16, 256, 1, 4, 2},  // 9..16 (3 CTAs/SM would cap registers below its need)
     {128, 32, 256, 1, 4, 2},  // 17..32
-    {128, 64, 256, 2, 4, 2},  // 33..64: two m16 tiles per warp halve B-fragment traffic
+    {128, 64, 256, 2, 4, 1},  // 33..64: two m16 tiles per warp halve B-fragment traffic
     {64, 8, 256, 1, 4, 4},    // few experts active: more CTAs per expert
     {128, 64, 128, 2, 8, 1},  // small-capacity targets (sm_86/89/120): shorter stages
-    {128, 16, 256, 2, 4, 4},  // 4 warps, each B fragment feeds two m16 tiles
-    {128, 32, 256, 2, 4, 3},
+    {128, 16, 256, 2, 4, 3},  // 4 warps, each B fragment feeds two m16 tiles
+    {128, 32, 256, 2, 4, 2},
     {128, 8, 256, 1, 8, 1},   // one deep pipeline per SM (for comparison in tuning)
+    {128, 16, 128, 1, 4, 2},  // 99 KB targets (sm_86/89/120): two CTAs per SM
+    {64, 8, 128, 1, 4, 3},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 

@@ -28,6 +28,8 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   p.per_stage = L.smem_bytes_per_stage();
   p.min_stages = DecodeSmemLayout::kMinStages;
   p.max_stages = t.max_stages;
+  p.threads = t.threads();
+  p.ctas_per_sm = t.ctas_per_sm;
   const int auto_stages = L.stages_for(capacity, k);
   p.stages = stages_request > 0 ? stages_request : auto_stages;
   p.smem_bytes = L.total_bytes(p.stages);
@@ -65,8 +67,23 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
     why << name << ": " << p.stages << " stage(s) of " << p.per_stage << " bytes fit in " << capacity
         << " bytes after the epilogue (" << L.epilogue_bytes() << ") and scheduler (" << L.scheduler_bytes()
         << "); the kernel needs at least " << p.min_stages;
-    p.suggestions.push_back("a tile with a shorter K stage (bk 128) or fewer tokens per tile (nt) needs " +
-                            std::to_string(p.min_stages) + " x less per stage");
+    const int64_t need = L.total_bytes(p.min_stages);
+    p.suggestions.push_back(std::to_string(p.min_stages) + " stages need " + std::to_string(need) + " bytes, " +
+                            std::to_string(need - capacity) + " more than this budget");
+    for (int c = t.ctas_per_sm - 1; c >= 1; --c)
+      if (budget.per_block_at(c) >= need) {
+        p.suggestions.push_back("an occupancy target of " + std::to_string(c) + " CTA(s)/SM gives " +
+                                std::to_string(budget.per_block_at(c)) + " bytes per block: " +
+                                std::to_string(L.stages_for(budget.per_block_at(c), k)) + " stages fit");
+        break;
+      }
+    for (int i = 0; i < kNumDecodeTiles; ++i) {
+      const DecodeTile& o = kDecodeTiles[i];
+      if (o.nt == t.nt && o.bk < t.bk && decode_layout(i).total_bytes(p.min_stages) <= budget.per_block_at(o.ctas_per_sm)) {
+        p.suggestions.push_back("tile " + decode_tile_name(i) + " (K stage " + std::to_string(o.bk) + ") fits");
+        break;
+      }
+    }
   } else if (p.stages > p.max_stages || p.stages > k / t.bk + 1) {
     p.fits = false;
     why << name << ": " << p.stages << " stages requested, the kernel supports at most " << p.max_stages

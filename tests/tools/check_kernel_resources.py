@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""CI check (issue 4): for every decode tile and every CUDA target, the compiler's
+resource report plus the planned dynamic shared memory stays within the target's
+capacity, equals the planner's figure (no static shared memory besides it), has
+no spills, and the registers allow the tile's occupancy target.
+
+Usage: check_kernel_resources.py BUILD_DIR SOURCE FP4MOE_CLI
+Recompiles SOURCE with the build's own command plus -Xptxas -v (no output kept)."""
+import json
+import re
+import shlex
+import subprocess
+import sys
+
+ARCHS = {"sm_80": "sm80", "sm_90a": "sm90", "sm_120a": "sm120"}
+
+
+def main():
+    build, source, cli = sys.argv[1:4]
+    cmds = json.load(open(f"{build}/compile_commands.json"))
+    cmd = next((c for c in cmds if c["file"].endswith(source)), None)
+    if cmd is None:
+        sys.exit(f"check_kernel_resources: {source} is not in {build}/compile_commands.json")
+    args = shlex.split(cmd["command"])
+    if "ccache" in args[0]:
+        args = args[1:]
+    out = args.index("-o")
+    args[out + 1] = "/dev/null"
+    args = [a for a in args if a not in ("-MD",)]
+    for flag in ("-MT", "-MF"):
+        while flag in args:
+            i = args.index(flag)
+            del args[i:i + 2]
+    args += ["-Xptxas", "-v"]
+    res = subprocess.run(args, cwd=cmd["directory"], capture_output=True, text=True)
+    if res.returncode:
+        sys.exit("check_kernel_resources: compile failed:\n" + res.stderr[-3000:])
+    report = {}
+    cur = None
+    for line in res.stderr.splitlines():
+        m = re.search(r"Compiling entry function '.*decode_grouped_gemm_kernelILi(\d+)E.*' for '(sm_\w+)'", line)
+        if m:
+            cur = (m.group(2), int(m.group(1)))
+            report[cur] = {"regs": 0, "smem": 0, "spill": 0, "stack": 0}
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            report[cur]["stack"] = int(m.group(1))
+            report[cur]["spill"] = int(m.group(2)) + int(m.group(3))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            report[cur]["regs"] = int(m.group(1))
+            m2 = re.search(r"(\d+) bytes smem", line)
+            report[cur]["smem"] = int(m2.group(1)) if m2 else 0
+    failures, checked = [], 0
+    for sm, arch in ARCHS.items():
+        plans = json.loads(subprocess.run([cli, "plan", "--arch", arch, "--kernel", "decode", "--sweep", "--json",
+                                           "--n", "4096", "--k", "6144"], capture_output=True, text=True, check=True).stdout)
+        for idx, p in enumerate(plans):
+            r = report.get((sm, idx))
+            if r is None:
+                failures.append(f"{sm} tile {idx}: no entry in the compiler report")
+                continue
+            checked += 1
+            name = f"{sm} {p['tile']}"
+            if r["spill"]:
+                failures.append(f"{name}: {r['spill']} bytes of register spills")
+            if r["smem"]:
+                failures.append(f"{name}: {r['smem']} bytes of static shared memory the planner does not count")
+            if p["fits"] and r["smem"] + p["smem_bytes"] > p["capacity"]:
+                failures.append(f"{name}: static {r['smem']} + planned {p['smem_bytes']} > capacity {p['capacity']}")
+            if r["regs"] * p["threads"] * p["ctas_per_sm"] > 65536:
+                failures.append(f"{name}: {r['regs']} registers x {p['threads']} threads x {p['ctas_per_sm']} CTAs > 65536")
+            print(f"{name:<36} regs {r['regs']:>3}  static smem {r['smem']}  planned {p['smem_bytes']:>6} of "
+                  f"{p['capacity']:>6}  {'fits' if p['fits'] else 'rejected by the planner'}")
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{checked} kernel/target pairs checked, {len(failures)} failures")
+    sys.exit(1 if failures or not checked else 0)
+
+
+if __name__ == "__main__":
+    main()
