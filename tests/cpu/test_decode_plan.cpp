@@ -1,0 +1,84 @@
+// The decode kernel's shared-memory plan: every term adds up to what the
+// kernel allocates, nothing over the target's budget is called a fit.
+#include <gtest/gtest.h>
+
+#include "fp4moe/error.hpp"
+#include "plan/decode_plan.hpp"
+
+namespace fp4moe::plan {
+namespace {
+
+int64_t sum_of_terms(const SmemPlan& p) {
+  int64_t s = 0;
+  for (const SmemTerm& t : p.terms)
+    if (t.name != "runtime reservation") s += t.bytes;
+  return s;
+}
+
+TEST(DecodePlan, TermsAddUpAndFitsMeansFits) {
+  for (const Arch& arch : all_archs()) {
+    const SmemBudget budget = budget_of(arch);
+    for (int i = 0; i < kNumDecodeTiles; ++i) {
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 6144}, {6144, 2048}, {7168, 7168}, {256, 2048}}) {
+        const SmemPlan p = plan_decode_tile(i, n, k, arch);
+        const std::string what = std::string(arch.name) + " " + p.config;
+        EXPECT_EQ(sum_of_terms(p), p.smem_bytes) << what;
+        EXPECT_EQ(p.smem_bytes, decode_layout(i).total_bytes(p.stages)) << what;
+        EXPECT_EQ(p.capacity, budget.per_block_at(kDecodeTiles[i].ctas_per_sm)) << what;
+        if (p.fits) {
+          EXPECT_LE(p.smem_bytes, p.capacity) << what;
+          EXPECT_LE(p.smem_bytes, arch.smem_optin_per_block) << what;
+          EXPECT_GE(p.stages, DecodeSmemLayout::kMinStages) << what;
+          EXPECT_LE(p.stages, kDecodeTiles[i].max_stages) << what;
+          EXPECT_LE(p.stages, k / kDecodeTiles[i].bk + 1) << what;
+          // ctas_per_sm blocks together, each with its reservation, fit the SM.
+          EXPECT_LE((p.smem_bytes + arch.smem_reserved_per_block) * kDecodeTiles[i].ctas_per_sm, arch.smem_per_sm) << what;
+        } else {
+          EXPECT_FALSE(p.explanation.empty()) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(DecodePlan, EveryTargetHasAFittingTileForGlm5) {
+  for (const Arch& arch : all_archs()) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 6144}, {6144, 2048}}) {
+      const int t = rank_decode_tiles(n, k, budget_of(arch), 4.0, 200, 132);
+      ASSERT_GE(t, 0) << arch.name;
+      EXPECT_TRUE(plan_decode_tile(t, n, k, arch).fits) << arch.name;
+    }
+  }
+}
+
+TEST(DecodePlan, ShapeTheTileCannotDivideIsAVerdictNamingIt) {
+  const SmemPlan p = plan_decode_tile(0, 4000, 6144, find_arch("sm_90"));
+  EXPECT_FALSE(p.fits);
+  EXPECT_NE(p.explanation.find("N = 4000"), std::string::npos) << p.explanation;
+}
+
+TEST(DecodePlan, ExplicitStagesAreCheckedAsGiven) {
+  const Arch& sm120 = find_arch("sm_120");
+  const SmemPlan ok = plan_decode_tile(8, 4096, 6144, sm120, 2);
+  EXPECT_TRUE(ok.fits) << ok.explanation;
+  EXPECT_EQ(ok.stages, 2);
+  const SmemPlan too_many = plan_decode_tile(8, 4096, 6144, sm120, 8);
+  EXPECT_FALSE(too_many.fits);
+  EXPECT_NE(too_many.explanation.find("101376"), std::string::npos) << too_many.explanation;
+  EXPECT_FALSE(too_many.suggestions.empty());
+}
+
+TEST(DecodePlan, TooSmallABudgetSuggestsWhatWouldFit) {
+  const SmemPlan p = plan_decode_tile(0, 4096, 6144, find_arch("sm_120"));  // 3 CTAs/SM on a 100 KB SM
+  EXPECT_FALSE(p.fits);
+  ASSERT_GE(p.suggestions.size(), 2u);
+  EXPECT_NE(p.suggestions[1].find("occupancy target"), std::string::npos) << p.suggestions[1];
+}
+
+TEST(DecodePlan, UnknownTileIsAnError) {
+  EXPECT_THROW(plan_decode_tile(kNumDecodeTiles, 4096, 6144, find_arch("sm_90")), Error);
+  EXPECT_THROW(plan_decode_tile(-1, 4096, 6144, find_arch("sm_90")), Error);
+}
+
+}  // namespace
+}  // namespace fp4moe::plan
