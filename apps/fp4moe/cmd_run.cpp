@@ -1,14 +1,24 @@
+// fp4moe run: one MoE layer forward on a built-in (or config.json) problem, on
+// the GPU when there is one (checked against the CPU reference with --check),
+// else the CPU reference at a reduced size.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <fmt/core.h>
 
 #include "commands.hpp"
+#include "fp4moe/device.hpp"
 #include "fp4moe/error.hpp"
+#include "fp4moe/layer.hpp"
 #include "fp4moe/reference.hpp"
+#include "runtime/cuda_check.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/timing.hpp"
 
 namespace fp4moe::cli {
 namespace {
@@ -18,6 +28,10 @@ struct RunOptions {
   int64_t tokens = 16;
   uint64_t seed = 1;
   std::string format = "nvfp4";
+  bool check = false;
+  bool deterministic = false;
+  bool cpu = false;
+  int reps = 20;
 };
 
 Fp4Format parse_format(const std::string& s) {
@@ -26,49 +40,160 @@ Fp4Format parse_format(const std::string& s) {
   throw Error("--format '" + s + "' is not one of nvfp4, mxfp4");
 }
 
-void run_reference(const RunOptions& o) {
-  const MoeConfig cfg = preset(o.model);
-  FP4MOE_CHECK(o.tokens >= 1, "--tokens " << o.tokens << " must be at least 1");
-  const Fp4Format format = parse_format(o.format);
+MoeConfig model_config(const std::string& m) {
+  if (m.size() > 5 && m.substr(m.size() - 5) == ".json") return config_from_hf_json(m);
+  return preset(m);
+}
 
-  std::mt19937_64 rng(o.seed);
+std::string describe_model(const MoeConfig& cfg) {
+  return fmt::format("{}: H {} I {} E {} top-{} {}{}{}", cfg.name, cfg.hidden, cfg.intermediate, cfg.num_experts,
+                     cfg.top_k, cfg.scoring == Scoring::sigmoid ? "sigmoid" : "softmax",
+                     cfg.n_group > 1 ? fmt::format(" ({} groups, top {})", cfg.n_group, cfg.topk_group) : "",
+                     cfg.shared_expert ? " + shared expert" : "");
+}
+
+struct Inputs {
+  std::vector<uint16_t> x_bits;
+  std::vector<float> x, logits;
+};
+Inputs random_inputs(const MoeConfig& cfg, int64_t T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> x(static_cast<size_t>(o.tokens * cfg.hidden));
-  for (float& v : x) v = normal(rng);
-  std::vector<float> logits(static_cast<size_t>(o.tokens * cfg.num_experts));
-  for (float& v : logits) v = normal(rng);
+  Inputs in;
+  in.x_bits.resize(size_t(T * cfg.hidden));
+  in.x.resize(in.x_bits.size());
+  for (size_t i = 0; i < in.x.size(); ++i) in.x_bits[i] = bf16_from_float(normal(rng)), in.x[i] = bf16_to_float(in.x_bits[i]);
+  in.logits.resize(size_t(T * cfg.num_experts));
+  for (float& v : in.logits) v = normal(rng);
+  return in;
+}
 
-  const auto t0 = std::chrono::steady_clock::now();
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void run_cpu(const RunOptions& o, const std::string& why) {
+  MoeConfig cfg = model_config(o.model);
+  if (cfg.name.find("-small") == std::string::npos && cfg.hidden * cfg.intermediate * cfg.num_experts > (int64_t(1) << 28)) {
+    const std::string small = cfg.name + "-small";
+    try {
+      cfg = preset(small);
+    } catch (const Error&) {
+      throw Error("no GPU (" + why + ") and " + cfg.name + " is too large for the CPU reference; try a -small preset");
+    }
+  }
+  const Fp4Format format = parse_format(o.format);
+  fmt::print("fp4moe run: no GPU ({}): CPU reference at a reduced size\n", why);
+  const Inputs in = random_inputs(cfg, o.tokens, o.seed);
+  auto t0 = std::chrono::steady_clock::now();
   const MoeWeights w = random_moe_weights(cfg, format, o.seed + 1);
-  const auto t1 = std::chrono::steady_clock::now();
-  const Routing routing = route_reference(cfg, logits.data(), o.tokens, w.correction_bias);
-  const std::vector<float> out = moe_forward_reference(cfg, w, x.data(), o.tokens, routing);
-  const auto t2 = std::chrono::steady_clock::now();
-
+  const double ms_w = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  const Routing routing = route_reference(cfg, in.logits.data(), o.tokens, w.correction_bias);
+  const std::vector<float> out = moe_forward_reference(cfg, w, in.x.data(), o.tokens, routing);
+  const double ms_f = ms_since(t0);
   double norm = 0;
   for (float v : out) norm += double(v) * v;
-  const double ms_w = std::chrono::duration<double, std::milli>(t1 - t0).count();
-  const double ms_f = std::chrono::duration<double, std::milli>(t2 - t1).count();
-  fmt::print("fp4moe run: CPU reference (no GPU path yet)\n");
-  fmt::print("  model      {}: H {} I {} E {} top-{} {}{}\n", cfg.name, cfg.hidden, cfg.intermediate,
-             cfg.num_experts, cfg.top_k, cfg.scoring == Scoring::sigmoid ? "sigmoid" : "softmax",
-             cfg.shared_expert ? " + shared expert" : "");
+  fmt::print("  model      {}\n", describe_model(cfg));
   fmt::print("  weights    {} (random, seed {}), made in {:.1f} ms\n", to_string(format), o.seed + 1, ms_w);
   fmt::print("  tokens     {}\n", o.tokens);
   fmt::print("  forward    {:.1f} ms (routing, permutation, expert MLPs in double, weighted sum)\n", ms_f);
-  fmt::print("  output     [{}, {}], rms {:.4g}\n", o.tokens, cfg.hidden, std::sqrt(norm / out.size()));
+  fmt::print("  output     [{}, {}], rms {:.4g}\n", o.tokens, cfg.hidden, std::sqrt(norm / double(out.size())));
+}
+
+void run_gpu(const RunOptions& o, const DeviceInfo& dev) {
+  const MoeConfig cfg = model_config(o.model);
+  const Fp4Format format = parse_format(o.format);
+  const int64_t T = o.tokens;
+  fmt::print("fp4moe run on {} (sm_{}, {} SMs)\n", dev.name, dev.cc, dev.sm_count);
+  fmt::print("  model      {}\n", describe_model(cfg));
+  auto t0 = std::chrono::steady_clock::now();
+  const MoeWeights w = random_moe_weights(cfg, format, o.seed + 1);
+  fmt::print("  weights    {} (random, seed {}), made in {:.0f} ms\n", to_string(format), o.seed + 1, ms_since(t0));
+  LayerOptions lo;
+  lo.max_tokens = T;
+  lo.deterministic = o.deterministic;
+  t0 = std::chrono::steady_clock::now();
+  MoeLayer layer(cfg, w, lo);
+  fmt::print("  prepared   {:.2f} GB of weights on the GPU in {:.0f} ms; workspace {:.1f} MB\n",
+             double(layer.weight_bytes()) / 1e9, ms_since(t0), double(layer.workspace_bytes()) / 1e6);
+  fmt::print("  plan       {}", layer.describe(T));
+
+  const Inputs in = random_inputs(cfg, T, o.seed);
+  DeviceBuffer<uint16_t> dx(in.x_bits), dout(size_t(T * cfg.hidden));
+  DeviceBuffer<float> dl(in.logits);
+  dout.fill_bytes(0xFF);
+  cudaStream_t s;
+  FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
+  auto fwd = [&] {
+    layer.forward(s, reinterpret_cast<const __nv_bfloat16*>(dx.get()), dl.get(), T,
+                  reinterpret_cast<__nv_bfloat16*>(dout.get()));
+  };
+  const TimingStats t = time_on_stream(fwd, s, 3, o.reps);
+  layer.check_status(s);
+
+  // Bytes that must move: the active experts' weights and scales (+ the shared expert), activations in and out.
+  std::vector<int32_t> ids(size_t(T * cfg.top_k));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(ids.data(), layer.topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost));
+  const std::set<int32_t> active(ids.begin(), ids.end());
+  const double per_expert = 3.0 * double(cfg.hidden) * double(cfg.intermediate) * (0.5 + 1.0 / 16);
+  const double shared = cfg.shared_expert ? 3.0 * double(cfg.hidden) * double(cfg.shared_intermediate) * (0.5 + 1.0 / 16) : 0;
+  const double bytes = double(active.size()) * per_expert + shared + 2.0 * 2.0 * double(T * cfg.hidden);
+  fmt::print("  tokens     {} ({} experts active)\n", T, active.size());
+  fmt::print("  forward    {:.4f} ms median of {} (min {:.4f}, max {:.4f}), {:.2f} TB/s of weights and activations\n",
+             t.median_ms, t.reps, t.min_ms, t.max_ms, bytes / (t.median_ms * 1e-3) / 1e12);
+  fmt::print("  finalize   {}\n", layer.finalize_mode() == FinalizeMode::split ? "split (deterministic)" : "fused");
+  if (o.check) {
+    const Routing routing = route_reference(cfg, in.logits.data(), T, w.correction_bias);
+    std::vector<int32_t> gids(ids.size());
+    std::vector<float> gw(ids.size());
+    FP4MOE_CUDA_CHECK(cudaMemcpy(gw.data(), layer.topk_weights(), gw.size() * 4, cudaMemcpyDeviceToHost));
+    const bool same_route = ids == routing.topk_ids && gw == routing.topk_weights;
+    t0 = std::chrono::steady_clock::now();
+    const std::vector<float> ref = moe_forward_reference(cfg, w, in.x.data(), T, routing);
+    const std::vector<uint16_t> got = dout.download();
+    double num = 0, den = 0;
+    int64_t nans = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const float g = bf16_to_float(got[i]);
+      if (std::isnan(g)) ++nans;
+      num += (double(g) - ref[i]) * (double(g) - ref[i]);
+      den += double(ref[i]) * ref[i];
+    }
+    const double err = std::sqrt(num / den);
+    fmt::print("  check      routing {} the CPU reference's; output rel. Frobenius error {:.3e}{} (reference {:.0f} ms)\n",
+               same_route ? "bitwise equal to" : "DIFFERS from", err, nans ? fmt::format(", {} unwritten", nans) : "",
+               ms_since(t0));
+    FP4MOE_CHECK(same_route && nans == 0 && err < 1e-2, "--check failed: routing " << (same_route ? "ok" : "differs")
+                                                                                     << ", error " << err << ", " << nans
+                                                                                     << " unwritten");
+  }
+  FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+void run(const RunOptions& o) {
+  FP4MOE_CHECK(o.tokens >= 1, "--tokens " << o.tokens << " must be at least 1");
+  std::string why;
+  const auto devs = o.cpu ? std::vector<DeviceInfo>{} : list_devices(&why);
+  if (o.cpu) why = "--cpu given";
+  if (devs.empty()) return run_cpu(o, why);
+  run_gpu(o, devs[0]);
 }
 
 }  // namespace
 
 void register_run(CLI::App& app) {
   static RunOptions o;
-  auto* cmd = app.add_subcommand("run", "Run one MoE layer forward on a built-in problem");
-  cmd->add_option("--model", o.model, "Preset: glm5, deepseek-v3, mixtral (each also -small)")->capture_default_str();
+  auto* cmd = app.add_subcommand("run", "Run one MoE layer forward (GPU, or the CPU reference without one)");
+  cmd->add_option("--model", o.model, "Preset (glm5, deepseek-v3, mixtral, each also -small) or a config.json")->capture_default_str();
   cmd->add_option("--tokens", o.tokens, "Number of tokens")->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the random weights and inputs")->capture_default_str();
   cmd->add_option("--format", o.format, "Weight format: nvfp4 or mxfp4")->capture_default_str();
-  cmd->callback([] { run_reference(o); });
+  cmd->add_option("--reps", o.reps, "Timed repetitions (GPU)")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_flag("--check", o.check, "Compare with the CPU reference (routing bitwise, output within 1e-2)");
+  cmd->add_flag("--deterministic", o.deterministic, "Split finalize: bitwise identical run to run");
+  cmd->add_flag("--cpu", o.cpu, "Run the CPU reference even when a GPU is present");
+  cmd->callback([] { run(o); });
 }
 
 }  // namespace fp4moe::cli

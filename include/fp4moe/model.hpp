@@ -31,4 +31,10 @@ struct MoeConfig {
 MoeConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
+// From a Hugging Face config.json (hidden_size, moe_intermediate_size,
+// n_routed_experts / num_local_experts, num_experts_per_tok, scoring_func,
+// topk_method "noaux_tc", n_group, topk_group, norm_topk_prob,
+// routed_scaling_factor, n_shared_experts). Errors name the file and the key.
+MoeConfig config_from_hf_json(const std::string& path);
+
 }  // namespace fp4moe

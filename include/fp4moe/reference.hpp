@@ -45,7 +45,8 @@ struct MoeWeights {
   ExpertWeights shared;
 };
 
-// Random weights for a config: Gaussian-ish values quantized in `format`.
+// Random weights for a config: Gaussian-ish values quantized in `format`; for
+// full-size models (E*H*I > 2^28) FP4 codes and block scales drawn directly.
 MoeWeights random_moe_weights(const MoeConfig& cfg, Fp4Format format, uint64_t seed);
 
 // out[t] = sum_j w[t,j] * down(silu(gate x) * up x) (+ shared expert), fp32 [T, H].

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/parallel.hpp"
 #include "format/decode_pack.hpp"
 #include "fp4moe/error.hpp"
 
@@ -87,16 +88,24 @@ PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts)
     FP4MOE_CHECK(m.packed.size() == size_t(m.rows * m.cols / 2) && m.scales.size() == size_t(m.rows * m.scale_cols()),
                  "prepare_decode_weights: expert " << e << " has " << m.packed.size() << " weight bytes and "
                                                    << m.scales.size() << " scale bytes for [" << m.rows << ", " << m.cols << "]");
+  }
+  detail::parallel_for(p.experts, [&](int64_t e) {
+    const Fp4Matrix& m = experts[static_cast<size_t>(e)];
     uint8_t* w = p.weights.data() + e * p.weight_bytes_per_expert();
     uint8_t* s = p.scales.data() + e * p.scale_bytes_per_expert();
-    for (int64_t row = 0; row < p.n; ++row) {
-      for (int64_t col = 0; col < p.k; ++col) {
-        const Slot slot = weight_slot(p.k, row, col);
-        uint32_t word;
-        std::memcpy(&word, w + slot.granule_byte, 4);
-        word = pack::place_code(word, slot.reg, slot.half, m.code(row, col));
-        std::memcpy(w + slot.granule_byte, &word, 4);
-      }
+    // One 32-bit word per (16-row group, k16 step, lane): the lane's 8 codes.
+    for (int64_t rg = 0; rg < p.n / 16; ++rg)
+      for (int64_t kc = 0; kc < p.k / 64; ++kc)
+        for (int lane = 0; lane < pack::kLanes; ++lane)
+          for (int t = 0; t < 4; ++t) {
+            const int64_t r = rg * 16 + lane / 4, c = kc * 64 + t * 16 + (lane % 4) * 2;
+            uint32_t word = 0;
+            for (int reg = 0; reg < 4; ++reg)
+              for (int half = 0; half < 2; ++half)
+                word = pack::place_code(word, reg, half, m.code(r + (reg & 1) * 8, c + (reg >> 1) * 8 + half));
+            std::memcpy(w + ((rg * (p.k / 64) + kc) * pack::kLanes + lane) * 16 + t * 4, &word, 4);
+          }
+    for (int64_t row = 0; row < p.n; ++row)
       for (int64_t col = 0; col < p.k; col += 16) {
         const uint8_t b = scale_byte_of(m, row, col);
         const float value = p.format == Fp4Format::nvfp4 ? e4m3_decode(b) : ue8m0_decode(b);
@@ -115,9 +124,8 @@ PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts)
         }
         s[scale_byte_offset(p.k, row, col)] = static_cast<uint8_t>(pb);
       }
-    }
     p.dequant_scale[static_cast<size_t>(e)] = pack::kAccumulatorFactor / m.global_scale;  // same arithmetic as dequantize()
-  }
+  });
   return p;
 }
 
@@ -134,9 +142,6 @@ Fp4Matrix stack_rows(std::span<const Fp4Matrix* const> parts, int64_t interleave
     FP4MOE_CHECK(m.format == a.format && m.cols == a.cols && m.rows == a.rows,
                  "stack_rows: part " << i << " is " << to_string(m.format) << " [" << m.rows << ", " << m.cols
                                      << "], part 0 is " << to_string(a.format) << " [" << a.rows << ", " << a.cols << "]");
-    FP4MOE_CHECK(m.weight_scale_2 == a.weight_scale_2,
-                 "stack_rows: part " << i << " has weight_scale_2 " << m.weight_scale_2 << ", part 0 has "
-                                     << a.weight_scale_2 << " (one dequant scale per stacked matrix)");
     out.rows += m.rows;
   }
   const int64_t block = interleave > 0 ? interleave : a.rows;
@@ -150,6 +155,27 @@ Fp4Matrix stack_rows(std::span<const Fp4Matrix* const> parts, int64_t interleave
       out.scales.insert(out.scales.end(), m->scales.begin() + r0 * srow_bytes, m->scales.begin() + (r0 + block) * srow_bytes);
     }
   return out;
+}
+
+PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up) {
+  FP4MOE_CHECK(gate.size() == up.size() && !gate.empty(),
+               "prepare_gated_decode_weights: " << gate.size() << " gate and " << up.size() << " up matrices");
+  std::vector<Fp4Matrix> stacked;
+  stacked.reserve(gate.size());
+  for (size_t e = 0; e < gate.size(); ++e) {
+    FP4MOE_CHECK(gate[e].rows % 16 == 0, "prepare_gated_decode_weights: expert " << e << " has I = " << gate[e].rows
+                                                                                  << " rows, not a multiple of 16");
+    const Fp4Matrix* parts[] = {&gate[e], &up[e]};
+    stacked.push_back(stack_rows(parts, 16));
+  }
+  PreparedExpertWeights p = prepare_decode_weights(stacked);
+  p.scale_parts = 2;
+  p.dequant_scale.resize(2 * gate.size());
+  for (size_t e = 0; e < gate.size(); ++e) {
+    p.dequant_scale[2 * e] = pack::kAccumulatorFactor / gate[e].global_scale;
+    p.dequant_scale[2 * e + 1] = pack::kAccumulatorFactor / up[e].global_scale;
+  }
+  return p;
 }
 
 uint8_t prepared_code(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col) {

@@ -16,7 +16,8 @@ struct PreparedExpertWeights {
   int64_t experts = 0, n = 0, k = 0;
   std::vector<uint8_t> weights;       // E * N * K / 2 bytes
   std::vector<uint8_t> scales;        // E * N * K / 16 bytes
-  std::vector<float> dequant_scale;   // [E] 2^10 / global_scale (see kAccumulatorFactor)
+  std::vector<float> dequant_scale;   // [E][scale_parts] 2^10 / global_scale (see kAccumulatorFactor)
+  int scale_parts = 1;                // 2 for gated weights: part (row / 16) % 2
 
   int64_t weight_bytes_per_expert() const { return n * k / 2; }
   int64_t scale_bytes_per_expert() const { return n * k / 16; }
@@ -26,8 +27,15 @@ struct PreparedExpertWeights {
 // Throws fp4moe::Error naming the expert and the bad value.
 PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts);
 
-// Stack several matrices of one expert along N (e.g. gate and up) before preparing.
-// Row blocks of `interleave` rows alternate between the parts (0 = plain concatenation).
+// GEMM1 of an MoE layer: each expert's gate and up [I, H] interleaved in blocks
+// of 16 rows (gate rows 0-15, up rows 0-15, gate rows 16-31, ...) so one tile
+// holds matching gate and up rows for the SwiGLU epilogue; each keeps its own
+// global scale (scale_parts = 2), exactly.
+PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up);
+
+// Stack several matrices of one expert along N. Row blocks of `interleave` rows
+// alternate between the parts (0 = plain concatenation). Codes and block scales
+// only: the result carries part 0's global scale, the caller keeps the others.
 Fp4Matrix stack_rows(std::span<const Fp4Matrix* const> parts, int64_t interleave = 0);
 
 // Inverse of the packing for one element (tests and debugging): the e2m1 code

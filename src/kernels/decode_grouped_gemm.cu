@@ -42,7 +42,12 @@ struct KernelParams {
   const int32_t* gather;
   const int32_t* expert_offsets;
   __nv_bfloat16* y;
+  float* accumulate;
+  const int32_t* permuted_pair;
+  const float* topk_weights;
   int64_t n, k;
+  int epilogue;  // DecodeEpilogue
+  int scale_parts, top_k;
   int num_experts;
   int stages;
   uint32_t scale_add2;  // (exponent_add << 7) in both bf16 halves
@@ -87,7 +92,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   int32_t* tile_prefix = reinterpret_cast<int32_t*>(smem + L.scheduler_offset(stages));
   // Two buffers of gathered row indices: the loader runs up to one item ahead.
   int32_t* item_rows = tile_prefix + DecodeSmemLayout::kMaxExperts + 1;
-  __nv_bfloat16* epi = reinterpret_cast<__nv_bfloat16*>(smem + L.epilogue_offset(stages));
+  float* epi = reinterpret_cast<float*>(smem + L.epilogue_offset(stages));
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int E = p.num_experts;
@@ -280,33 +285,67 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     if (++slot == stages) slot = 0;
     if (++kt < KT) continue;
     kt = 0;
-    // ---- epilogue of item j: scale, round to bf16, stage [nt][bm], store whole rows ----
+    // ---- epilogue of item j: scale, stage fp32 [nt][bm], then store / SwiGLU / scatter whole rows ----
     // (the loader is already streaming the next item's first stages)
     const WorkItem w = work_item(j++);
-    const float gs = p.dequant_scale[w.expert];
-    constexpr int kEpiStride = static_cast<int>(L.epilogue_row_stride() / 2);
+    constexpr int kEpiStride = static_cast<int>(L.epilogue_row_stride() / 4);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const int f = (warp * MT + mt) * 16 + lane / 4;
+      // rows f and f+8 share a 16-row group, hence a dequant scale part
+      const float gs = p.dequant_scale[w.expert * p.scale_parts + ((w.ntile * T.bm + f) / 16) % p.scale_parts];
 #pragma unroll
       for (int jn = 0; jn < NT8; ++jn) {
         float v[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) v[q] = kAccSets == 2 ? acc[0][mt][jn][q] + acc[kAccSets - 1][mt][jn][q] : acc[0][mt][jn][q];
         const int tok = jn * 8 + (lane % 4) * 2;
-        epi[tok * kEpiStride + f] = __float2bfloat16_rn(v[0] * gs);
-        epi[(tok + 1) * kEpiStride + f] = __float2bfloat16_rn(v[1] * gs);
-        epi[tok * kEpiStride + f + 8] = __float2bfloat16_rn(v[2] * gs);
-        epi[(tok + 1) * kEpiStride + f + 8] = __float2bfloat16_rn(v[3] * gs);
+        epi[tok * kEpiStride + f] = v[0] * gs;
+        epi[(tok + 1) * kEpiStride + f] = v[1] * gs;
+        epi[tok * kEpiStride + f + 8] = v[2] * gs;
+        epi[(tok + 1) * kEpiStride + f + 8] = v[3] * gs;
       }
     }
     clear_acc();
     __syncthreads();
-    constexpr int kPiecesPerRow = T.bm * 2 / 16;
-    for (int i = tid; i < w.rows * kPiecesPerRow; i += kThreads) {
-      const int r = i / kPiecesPerRow, piece = i % kPiecesPerRow;
-      const uint4 v = *reinterpret_cast<const uint4*>(reinterpret_cast<const uint8_t*>(epi) + r * L.epilogue_row_stride() + piece * 16);
-      *reinterpret_cast<uint4*>(p.y + int64_t(w.row0 + r) * p.n + int64_t(w.ntile) * T.bm + piece * 8) = v;
+    if (p.epilogue == int(DecodeEpilogue::swiglu)) {
+      constexpr int kPieces = T.bm / 2 / 8;  // 8 output columns per piece
+      const int64_t ld = p.n / 2;
+      for (int i = tid; i < w.rows * kPieces; i += kThreads) {
+        const int r = i / kPieces, j0 = (i % kPieces) * 8;
+        const int g = (j0 / 16) * 32 + j0 % 16;  // gate row of output column j0; its up row is g + 16
+        const float* er = epi + r * kEpiStride;
+        uint4 o;
+        __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float g0 = er[g + 2 * q], g1 = er[g + 2 * q + 1];
+          ob[q] = __floats2bfloat162_rn(g0 / (1.f + __expf(-g0)) * er[g + 16 + 2 * q],
+                                        g1 / (1.f + __expf(-g1)) * er[g + 16 + 2 * q + 1]);
+        }
+        *reinterpret_cast<uint4*>(p.y + int64_t(w.row0 + r) * ld + int64_t(w.ntile) * (T.bm / 2) + j0) = o;
+      }
+    } else if (p.epilogue == int(DecodeEpilogue::scatter_add)) {
+      constexpr int kPieces = T.bm / 4;  // 4 columns per piece
+      for (int i = tid; i < w.rows * kPieces; i += kThreads) {
+        const int r = i / kPieces, c0 = (i % kPieces) * 4;
+        const int32_t pair = p.permuted_pair[w.row0 + r];
+        const float wt = p.topk_weights[pair];
+        float* dst = p.accumulate + int64_t(pair / p.top_k) * p.n + int64_t(w.ntile) * T.bm + c0;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * epi[r * kEpiStride + c0 + q]);
+      }
+    } else {
+      constexpr int kPieces = T.bm / 8;
+      for (int i = tid; i < w.rows * kPieces; i += kThreads) {
+        const int r = i / kPieces, c0 = (i % kPieces) * 8;
+        const float* er = epi + r * kEpiStride + c0;
+        uint4 o;
+        __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) ob[q] = __floats2bfloat162_rn(er[2 * q], er[2 * q + 1]);
+        *reinterpret_cast<uint4*>(p.y + int64_t(w.row0 + r) * p.n + int64_t(w.ntile) * T.bm + c0) = o;
+      }
     }
     // The staging tile is rewritten KT barriers later; nothing else waits here.
   }
@@ -324,13 +363,19 @@ constexpr auto kKernels = make_kernel_table(std::make_integer_sequence<int, plan
 struct DeviceState {
   int device = -1, sm_count = 0, cc = 0;
   plan::SmemBudget budget;
+  // Per tile: the dynamic shared memory the kernel attribute allows, and the
+  // resident CTAs per SM measured at that size (launches stay cheap on the host).
+  std::array<int64_t, plan::kNumDecodeTiles> attr_bytes{};
+  std::array<int64_t, plan::kNumDecodeTiles> occupancy_bytes{};
+  std::array<int, plan::kNumDecodeTiles> occupancy{};
 };
 
-const DeviceState& current_device() {
+DeviceState& current_device() {
   static thread_local DeviceState s;
   int dev = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
   if (s.device != dev) {
+    s = DeviceState{};
     s.device = dev;
     int v = 0;
     FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
@@ -358,24 +403,42 @@ int64_t decode_launch_smem_bytes(const DecodeLaunch& launch) {
 }
 
 void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& launch, cudaStream_t stream) {
-  const DeviceState& dev = current_device();
+  DeviceState& dev = current_device();
   FP4MOE_CHECK(a.num_experts >= 1 && a.num_experts <= DecodeSmemLayout::kMaxExperts,
                "decode GEMM: num_experts = " << a.num_experts << " is outside 1.." << DecodeSmemLayout::kMaxExperts);
-  FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.x && a.expert_offsets && a.y,
-               "decode GEMM: a device pointer is null (weights, scales, dequant_scale, x, expert_offsets and y are required)");
+  FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.x && a.expert_offsets,
+               "decode GEMM: a device pointer is null (weights, scales, dequant_scale, x and expert_offsets are required)");
+  FP4MOE_CHECK(a.scale_parts == 1 || a.scale_parts == 2, "decode GEMM: scale_parts = " << a.scale_parts << " is not 1 or 2");
+  if (a.epilogue == DecodeEpilogue::scatter_add)
+    FP4MOE_CHECK(a.accumulate && a.permuted_pair && a.topk_weights && a.top_k >= 1,
+                 "decode GEMM: scatter_add needs accumulate, permuted_pair, topk_weights and top_k");
+  else
+    FP4MOE_CHECK(a.y, "decode GEMM: y is null");
+  if (a.epilogue == DecodeEpilogue::swiglu)
+    FP4MOE_CHECK(a.n % 32 == 0, "decode GEMM: SwiGLU needs N = " << a.n << " to be a multiple of 32 (16 gate + 16 up rows)");
   // The planner decides whether this launch may run; nothing it rejects is launched.
   const plan::SmemPlan pl = plan::plan_decode_tile(launch.tile, a.n, a.k, dev.budget, launch.stages);
   FP4MOE_CHECK(pl.fits, "decode GEMM: the planner rejects this launch: " << pl.explanation);
   const int64_t smem = pl.smem_bytes;
   const KernelFn fn = kKernels[static_cast<size_t>(launch.tile)];
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  int per_sm = 0;
-  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, plan::kDecodeTiles[launch.tile].threads(),
-                                                                  static_cast<size_t>(smem)));
+  DeviceState& ds = dev;
+  const size_t ti = static_cast<size_t>(launch.tile);
+  if (ds.attr_bytes[ti] < smem) {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    ds.attr_bytes[ti] = smem;
+  }
+  if (ds.occupancy_bytes[ti] != smem) {
+    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ds.occupancy[ti], fn,
+                                                                    plan::kDecodeTiles[launch.tile].threads(),
+                                                                    static_cast<size_t>(smem)));
+    ds.occupancy_bytes[ti] = smem;
+  }
+  const int per_sm = ds.occupancy[ti];
   FP4MOE_CHECK(per_sm >= 1, "decode GEMM: tile " << launch.tile << " with " << smem << " bytes of shared memory cannot be resident");
   const int grid = launch.grid > 0 ? launch.grid : per_sm * dev.sm_count;
   KernelParams kp{a.weights, a.scales, a.dequant_scale, a.x, a.gather, a.expert_offsets, a.y,
-                  a.n, a.k, static_cast<int>(a.num_experts), pl.stages,
+                  a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
+                  a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
                   (prepared_scale_exponent_add(a.format) << 7) | (prepared_scale_exponent_add(a.format) << 23),
                   launch.debug_mode};
   fn<<<grid, plan::kDecodeTiles[launch.tile].threads(), static_cast<size_t>(smem), stream>>>(kp);

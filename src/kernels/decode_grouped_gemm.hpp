@@ -14,18 +14,31 @@
 
 namespace fp4moe::kernels {
 
+// What the epilogue does with a finished [tokens x bm] tile.
+enum class DecodeEpilogue {
+  store,        // y[p, n] = acc (bf16), y has N columns
+  swiglu,       // rows alternate 16 gate, 16 up: y[p, i] = silu(gate) * up (bf16), y has N/2 columns
+  scatter_add,  // accumulate[t, n] += topk_weights[pair] * acc (fp32 atomics), pair = permuted_pair[p], t = pair / top_k
+};
+
 struct DecodeGemmArgs {
   // Prepared weights (src/format/prepare_decode.hpp), on the device.
   const uint8_t* weights = nullptr;
   const uint8_t* scales = nullptr;
-  const float* dequant_scale = nullptr;  // [E]
+  const float* dequant_scale = nullptr;  // [E][scale_parts]; row r uses part (r / 16) % scale_parts
+  int scale_parts = 1;
   Fp4Format format = Fp4Format::nvfp4;
   int64_t num_experts = 0, n = 0, k = 0;
   // Activations and routing, on the device.
   const __nv_bfloat16* x = nullptr;      // [rows_x, K]
   const int32_t* gather = nullptr;       // [P] row of x for permuted row p, or nullptr (identity)
   const int32_t* expert_offsets = nullptr;  // [E+1]
-  __nv_bfloat16* y = nullptr;            // [P, N]
+  __nv_bfloat16* y = nullptr;            // [P, N] (store) or [P, N/2] (swiglu)
+  DecodeEpilogue epilogue = DecodeEpilogue::store;
+  float* accumulate = nullptr;           // scatter_add: [T, N] fp32
+  const int32_t* permuted_pair = nullptr;
+  const float* topk_weights = nullptr;
+  int top_k = 0;
 };
 
 struct DecodeLaunch {

@@ -72,8 +72,9 @@ struct DecodeSmemLayout {
   constexpr int64_t scale_offset() const { return weight_bytes_per_stage(); }
   constexpr int64_t act_offset() const { return weight_bytes_per_stage() + scale_bytes_per_stage(); }
 
-  // --- epilogue: bf16 output tile [nt][bm] staged for coalesced row stores ---
-  constexpr int64_t epilogue_row_stride() const { return int64_t(tile.bm) * 2 + 16; }
+  // --- epilogue: the fp32 output tile [nt][bm] (+4 floats per row against bank
+  // conflicts), staged so SwiGLU can pair gate and up rows and stores are whole rows ---
+  constexpr int64_t epilogue_row_stride() const { return (int64_t(tile.bm) + 4) * 4; }
   constexpr int64_t epilogue_bytes() const { return align_up(int64_t(tile.nt) * epilogue_row_stride(), kSmemAlign); }
   // --- fixed: the per-expert chunk prefix the persistent scheduler searches,
   // and the current work item's activation row indices (gathered once per item) ---

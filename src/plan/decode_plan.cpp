@@ -44,7 +44,7 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
       {"activation row padding", L.act_padding_per_stage() * p.stages, "16 bytes per row against ldmatrix bank conflicts" + xs},
       {"stage alignment padding", L.stage_alignment_padding() * p.stages, "stages start on 128 bytes" + xs},
       {"pipeline barriers", 0, "cp.async groups need no mbarrier"},
-      {"epilogue staging (bf16)", L.epilogue_bytes(), std::to_string(t.nt) + " tokens x (" + std::to_string(t.bm) + " x 2 + 16)"},
+      {"epilogue staging (fp32)", L.epilogue_bytes(), std::to_string(t.nt) + " tokens x (" + std::to_string(t.bm) + " + 4) x 4"},
       {"scheduler prefix", L.scheduler_prefix_bytes(), "(1024 experts + 1) x 4, token chunks per expert"},
       {"row indices", L.row_index_bytes(), "2 items x " + std::to_string(t.nt) + " gathered activation rows x 4"},
       {"fixed-region alignment padding", L.scheduler_bytes() - L.scheduler_prefix_bytes() - L.row_index_bytes(), "to 128 bytes"},

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fp4moe/format.hpp"
+#include "common/parallel.hpp"
 #include "fp4moe/reference.hpp"
 
 namespace fp4moe::detail {
@@ -39,10 +40,5 @@ double dot(const double* x, const float* w, int64_t n);
 // SwiGLU output A2 to bf16 before GEMM2; that costs ~2^-9 relative per
 // element, well inside the 1e-2 relative Frobenius tolerance of the checks.)
 void expert_mlp(const DenseExpert& e, const double* x, double* y, double* scratch);
-
-// ---- small deterministic parallel loop ------------------------------------------
-// Runs fn(i) for i in [0, n) on up to max_threads threads; the first exception
-// thrown by any fn is rethrown in the caller after all threads finish.
-void parallel_for(int64_t n, const std::function<void(int64_t)>& fn, int max_threads = 16);
 
 }  // namespace fp4moe::detail

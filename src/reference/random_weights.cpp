@@ -48,11 +48,49 @@ Fp4Matrix random_matrix(Fp4Format format, int64_t rows, int64_t cols, std::mt199
   return quantize(format, v.data(), rows, cols);
 }
 
-ExpertWeights random_expert(Fp4Format format, int64_t H, int64_t I, uint64_t seed, uint64_t item) {
+// Full-size models: draw the FP4 codes and block scales directly (what
+// quantizing N(0, sd) gives, approximately), about 20x faster than quantizing
+// floats. Codes follow the magnitudes of a quantized Gaussian whose block max
+// maps to 6; block scales spread over [0.5, 2) x the row's scale.
+Fp4Matrix random_matrix_direct(Fp4Format format, int64_t rows, int64_t cols, std::mt19937_64 g) {
+  Fp4Matrix m;
+  m.format = format;
+  m.rows = rows;
+  m.cols = cols;
+  m.packed.resize(static_cast<size_t>(rows * cols / 2));
+  m.scales.resize(static_cast<size_t>(rows * m.scale_cols()));
+  // P(magnitude code 0..7) of a standard normal block scaled so its max is ~6.
+  static constexpr uint32_t kCdf[8] = {9830, 26214, 39321, 49152, 55705, 61603, 64880, 65536};
+  for (size_t i = 0; i < m.packed.size(); i += 4) {
+    uint64_t b = g();
+    uint8_t out[4];
+    for (int j = 0; j < 8; ++j, b >>= 8) {
+      const uint32_t u = static_cast<uint32_t>(b & 0x7F) << 9;  // 7 random bits for the magnitude
+      uint8_t mag = 0;
+      while (mag < 7 && u >= kCdf[mag]) ++mag;
+      const uint8_t code = static_cast<uint8_t>(mag | ((b & 0x80) ? 8 : 0));
+      if (j % 2 == 0) out[j / 2] = code; else out[j / 2] |= static_cast<uint8_t>(code << 4);
+    }
+    for (int j = 0; j < 4 && i + j < m.packed.size(); ++j) m.packed[i + size_t(j)] = out[j];
+  }
+  const double scale_typ = 1.0;
+  for (auto& sc : m.scales)
+    sc = format == Fp4Format::nvfp4 ? e4m3_encode(static_cast<float>(scale_typ * (0.5 + 1.5 * uniform(g))))
+                                    : ue8m0_encode_ceil(static_cast<float>(scale_typ * (0.5 + 1.5 * uniform(g))));
+  if (format == Fp4Format::nvfp4) {
+    // values ~ code * scale / gs with rms(code) ~ 2.5: std ~ 1/sqrt(cols) as random_matrix gives
+    m.global_scale = static_cast<float>(2.5 * scale_typ * std::sqrt(static_cast<double>(cols)));
+    m.weight_scale_2 = 1.0f / m.global_scale;
+  }
+  return m;
+}
+
+ExpertWeights random_expert(Fp4Format format, int64_t H, int64_t I, uint64_t seed, uint64_t item, bool direct) {
+  const auto make = direct ? random_matrix_direct : random_matrix;
   ExpertWeights w;
-  w.gate = random_matrix(format, I, H, stream(seed, item, 1));
-  w.up = random_matrix(format, I, H, stream(seed, item, 2));
-  w.down = random_matrix(format, H, I, stream(seed, item, 3));
+  w.gate = make(format, I, H, stream(seed, item, 1));
+  w.up = make(format, I, H, stream(seed, item, 2));
+  w.down = make(format, H, I, stream(seed, item, 3));
   return w;
 }
 
@@ -66,11 +104,14 @@ MoeWeights random_moe_weights(const MoeConfig& cfg, Fp4Format format, uint64_t s
   MoeWeights w;
   w.experts.resize(static_cast<size_t>(E));
   w.has_shared = cfg.shared_expert;
+  // Quantizing ~10^10 floats for a full-size model takes minutes: draw FP4 directly there.
+  const bool direct = E * cfg.hidden * cfg.intermediate > (int64_t(1) << 28);
   detail::parallel_for(E + (cfg.shared_expert ? 1 : 0), [&](int64_t e) {
     if (e == E)
-      w.shared = random_expert(format, cfg.hidden, cfg.shared_intermediate, seed, static_cast<uint64_t>(E) + 1000);
+      w.shared = random_expert(format, cfg.hidden, cfg.shared_intermediate, seed, static_cast<uint64_t>(E) + 1000, direct);
     else
-      w.experts[static_cast<size_t>(e)] = random_expert(format, cfg.hidden, cfg.intermediate, seed, static_cast<uint64_t>(e));
+      w.experts[static_cast<size_t>(e)] =
+          random_expert(format, cfg.hidden, cfg.intermediate, seed, static_cast<uint64_t>(e), direct);
   });
   if (cfg.use_correction_bias) {
     // Small biases, comparable to the spread of sigmoid scores near 0.5, so

@@ -9,37 +9,14 @@
 #include "fp4moe/error.hpp"
 #include "fp4moe/reference.hpp"
 #include "reference/detail.hpp"
+#include "reference/router_math.hpp"
 
 namespace fp4moe {
 namespace detail {
 
-float router_expf(float x) {
-  // Domain: results are normal fp32 or exactly 0 / +inf.
-  if (x > 0x1.62p+6f) return std::numeric_limits<float>::infinity();  // x > 88.5
-  if (x < -0x1.5cp+6f) return 0.0f;                                   // x < -87
-  // n = rint(x * log2(e)), round to nearest even.
-  const float n = std::nearbyint(x * 0x1.715476p+0f);
-  // r = x - n*ln2 (Cody-Waite with fma), |r| <~ ln2/2.
-  float r = std::fma(-n, 0x1.62e4p-1f, x);    // ln2_hi = 0.693145751953125
-  r = std::fma(-n, 0x1.7f7d1cp-20f, r);        // ln2_lo
-  // exp(r): degree-7 Taylor polynomial, Horner with fma.
-  float p = 0x1.a01a02p-13f;                   // 1/5040
-  p = std::fma(p, r, 0x1.6c16c2p-10f);         // 1/720
-  p = std::fma(p, r, 0x1.111112p-7f);          // 1/120
-  p = std::fma(p, r, 0x1.555556p-5f);          // 1/24
-  p = std::fma(p, r, 0x1.555556p-3f);          // 1/6
-  p = std::fma(p, r, 0.5f);
-  p = std::fma(p, r, 1.0f);
-  p = std::fma(p, r, 1.0f);
-  // Exact scaling by 2^n, n in [-126, 128]; the result is normal.
-  return std::ldexp(p, static_cast<int>(n));
-}
+float router_expf(float x) { return router_math::expf_exact(x); }
 
-float router_sigmoidf(float x) {
-  const float e = router_expf(-x);
-  const float d = 1.0f + e;
-  return 1.0f / d;
-}
+float router_sigmoidf(float x) { return router_math::sigmoidf_exact(x); }
 
 }  // namespace detail
 
@@ -78,20 +55,20 @@ void route_softmax(const MoeConfig& cfg, const float* row, int32_t* ids, float* 
     // p_j / sum_chosen p = ex_j / sum_chosen ex: the full-E sum cancels.
     float sum = 0.0f;
     for (int64_t j = 0; j < k; ++j) {
-      ex[static_cast<size_t>(j)] = detail::router_expf(row[cand[static_cast<size_t>(j)]] - m);
-      sum += ex[static_cast<size_t>(j)];
+      ex[static_cast<size_t>(j)] = detail::router_expf(router_math::fadd(row[cand[static_cast<size_t>(j)]], -m));
+      sum = router_math::fadd(sum, ex[static_cast<size_t>(j)]);
     }
     // sum >= 1: the top choice has logit m and ex = exp(0) = 1 exactly.
     for (int64_t j = 0; j < k; ++j) {
-      const float q = ex[static_cast<size_t>(j)] / sum;
-      weights[j] = q * cfg.routed_scaling_factor;
+      const float q = router_math::fdiv(ex[static_cast<size_t>(j)], sum);
+      weights[j] = router_math::fmul(q, cfg.routed_scaling_factor);
     }
   } else {
     float sum = 0.0f;  // over all experts, ascending expert id
-    for (int64_t e = 0; e < E; ++e) sum += detail::router_expf(row[e] - m);
+    for (int64_t e = 0; e < E; ++e) sum = router_math::fadd(sum, detail::router_expf(router_math::fadd(row[e], -m)));
     for (int64_t j = 0; j < k; ++j) {
-      const float p = detail::router_expf(row[cand[static_cast<size_t>(j)]] - m) / sum;
-      weights[j] = p * cfg.routed_scaling_factor;
+      const float p = router_math::fdiv(detail::router_expf(router_math::fadd(row[cand[static_cast<size_t>(j)]], -m)), sum);
+      weights[j] = router_math::fmul(p, cfg.routed_scaling_factor);
     }
   }
   for (int64_t j = 0; j < k; ++j) ids[j] = cand[static_cast<size_t>(j)];
@@ -103,7 +80,7 @@ void route_sigmoid(const MoeConfig& cfg, const float* row, const float* bias, in
   const int64_t E = cfg.num_experts, k = cfg.top_k;
   for (int64_t e = 0; e < E; ++e) {
     s[static_cast<size_t>(e)] = detail::router_sigmoidf(row[e]);
-    c[static_cast<size_t>(e)] = bias ? s[static_cast<size_t>(e)] + bias[e] : s[static_cast<size_t>(e)];
+    c[static_cast<size_t>(e)] = bias ? router_math::fadd(s[static_cast<size_t>(e)], bias[e]) : s[static_cast<size_t>(e)];
   }
   cand.clear();
   if (cfg.n_group > 1) {
@@ -121,7 +98,7 @@ void route_sigmoid(const MoeConfig& cfg, const float* row, const float* bias, in
           second = cg[i];
         }
       }
-      gscore[static_cast<size_t>(g)] = G >= 2 ? best + second : best;
+      gscore[static_cast<size_t>(g)] = G >= 2 ? router_math::fadd(best, second) : best;
     }
     groups.resize(static_cast<size_t>(cfg.n_group));
     std::iota(groups.begin(), groups.end(), 0);
@@ -137,15 +114,15 @@ void route_sigmoid(const MoeConfig& cfg, const float* row, const float* bias, in
 
   if (cfg.renormalize) {
     float sum = 0.0f;  // slot order
-    for (int64_t j = 0; j < k; ++j) sum += s[static_cast<size_t>(cand[static_cast<size_t>(j)])];
+    for (int64_t j = 0; j < k; ++j) sum = router_math::fadd(sum, s[static_cast<size_t>(cand[static_cast<size_t>(j)])]);
     for (int64_t j = 0; j < k; ++j) {
       // sum == 0 only if every chosen sigmoid underflowed to 0: weights 0.
-      const float q = sum > 0.0f ? s[static_cast<size_t>(cand[static_cast<size_t>(j)])] / sum : 0.0f;
-      weights[j] = q * cfg.routed_scaling_factor;
+      const float q = sum > 0.0f ? router_math::fdiv(s[static_cast<size_t>(cand[static_cast<size_t>(j)])], sum) : 0.0f;
+      weights[j] = router_math::fmul(q, cfg.routed_scaling_factor);
     }
   } else {
     for (int64_t j = 0; j < k; ++j)
-      weights[j] = s[static_cast<size_t>(cand[static_cast<size_t>(j)])] * cfg.routed_scaling_factor;
+      weights[j] = router_math::fmul(s[static_cast<size_t>(cand[static_cast<size_t>(j)])], cfg.routed_scaling_factor);
   }
   for (int64_t j = 0; j < k; ++j) ids[j] = cand[static_cast<size_t>(j)];
 }

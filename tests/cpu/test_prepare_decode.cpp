@@ -119,8 +119,6 @@ TEST(PrepareDecode, StackRowsInterleaves) {
   std::vector<float> g(32 * 128), u(32 * 128);
   for (size_t i = 0; i < g.size(); ++i) g[i] = float(i % 7) - 3.f, u[i] = float(i % 5) - 2.f;
   Fp4Matrix gm = quantize_nvfp4(g.data(), 32, 128), um = quantize_nvfp4(u.data(), 32, 128);
-  um.global_scale = gm.global_scale;  // one dequant scale per stacked matrix
-  um.weight_scale_2 = gm.weight_scale_2;
   const Fp4Matrix* parts[] = {&gm, &um};
   const Fp4Matrix s = stack_rows(parts, 16);
   ASSERT_EQ(s.rows, 64);
@@ -129,6 +127,33 @@ TEST(PrepareDecode, StackRowsInterleaves) {
   EXPECT_EQ(s.code(32, 5), gm.code(16, 5));
   EXPECT_EQ(s.code(48, 5), um.code(16, 5));
   EXPECT_THROW(stack_rows(parts, 12), Error);
+}
+
+}  // namespace
+}  // namespace fp4moe
+
+namespace fp4moe {
+namespace {
+
+TEST(PrepareDecode, GatedWeightsInterleaveAndKeepBothGlobalScales) {
+  std::vector<float> g(32 * 128), u(32 * 128);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = float(int(i % 11) - 5), u[i] = 0.01f * float(int(i % 7) - 3);
+  const std::vector<Fp4Matrix> gate = {quantize_nvfp4(g.data(), 32, 128)}, up = {quantize_nvfp4(u.data(), 32, 128)};
+  ASSERT_NE(gate[0].global_scale, up[0].global_scale);
+  const PreparedExpertWeights p = prepare_gated_decode_weights(gate, up);
+  EXPECT_EQ(p.n, 64);
+  EXPECT_EQ(p.scale_parts, 2);
+  ASSERT_EQ(p.dequant_scale.size(), 2u);
+  EXPECT_EQ(p.dequant_scale[0], pack::kAccumulatorFactor / gate[0].global_scale);
+  EXPECT_EQ(p.dequant_scale[1], pack::kAccumulatorFactor / up[0].global_scale);
+  // rows 0-15 gate 0-15, 16-31 up 0-15, 32-47 gate 16-31, 48-63 up 16-31
+  for (int64_t c = 0; c < 128; c += 7) {
+    EXPECT_EQ(prepared_code(p, 0, 3, c), gate[0].code(3, c));
+    EXPECT_EQ(prepared_code(p, 0, 16 + 3, c), up[0].code(3, c));
+    EXPECT_EQ(prepared_code(p, 0, 32 + 5, c), gate[0].code(16 + 5, c));
+    EXPECT_EQ(prepared_code(p, 0, 48 + 5, c), up[0].code(16 + 5, c));
+  }
+  EXPECT_THROW(prepare_gated_decode_weights(gate, std::vector<Fp4Matrix>{}), Error);
 }
 
 }  // namespace

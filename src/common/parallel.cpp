@@ -1,13 +1,10 @@
-// A small work-sharing loop for the reference (experts are independent work
-// items; results are written to per-item storage, so the outcome does not
-// depend on the thread count or schedule).
 #include <algorithm>
 #include <atomic>
 #include <exception>
 #include <mutex>
 #include <thread>
 
-#include "reference/detail.hpp"
+#include "common/parallel.hpp"
 
 namespace fp4moe::detail {
 

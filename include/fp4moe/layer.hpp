@@ -1,0 +1,67 @@
+// The MoE layer on the GPU: routing, permutation, GEMM1 + SwiGLU, GEMM2,
+// finalize (+ the shared expert), built once from FP4 weights.
+//
+// Errors are exceptions (fp4moe::Error) whose message names the bad argument.
+// forward() is CUDA-graph capture safe: it allocates nothing, never
+// synchronises and reads nothing back; its workspace is sized at construction
+// for LayerOptions::max_tokens. A bad router logit does not stop a forward: the
+// token is routed with zero weights and check_status() reports it afterwards.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "fp4moe/model.hpp"
+#include "fp4moe/reference.hpp"
+
+namespace fp4moe {
+
+enum class FinalizeMode {
+  automatic,  // the planner's choice: fused unless `deterministic`
+  fused,      // GEMM2's epilogue adds each row, weighted, into an fp32 sum (order varies run to run)
+  split,      // GEMM2 writes its rows; a separate pass sums each token's k rows in slot order (bitwise stable)
+};
+
+struct LayerOptions {
+  int64_t max_tokens = 1024;
+  bool deterministic = false;  // forces FinalizeMode::split
+  FinalizeMode finalize = FinalizeMode::automatic;
+  int device = -1;             // -1: the current device
+};
+
+class MoeLayer {
+ public:
+  // weights: ModelOpt-layout FP4 matrices on the host (gate/up [I, H], down [H, I]).
+  MoeLayer(const MoeConfig& cfg, const MoeWeights& weights, const LayerOptions& opts = {});
+  ~MoeLayer();
+  MoeLayer(const MoeLayer&) = delete;
+  MoeLayer& operator=(const MoeLayer&) = delete;
+
+  // Device pointers: hidden bf16 [T, H], router_logits fp32 [T, E], out bf16 [T, H].
+  void forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
+               __nv_bfloat16* out);
+
+  // Synchronises `stream`, reads and clears the device status word; throws
+  // naming what was wrong (a non-finite router logit, an expert id out of range).
+  void check_status(cudaStream_t stream);
+
+  // The last forward's routing, on the device: ids int32 [T, k], weights fp32 [T, k].
+  const int32_t* topk_ids() const;
+  const float* topk_weights() const;
+
+  const MoeConfig& config() const;
+  FinalizeMode finalize_mode() const;
+  int64_t workspace_bytes() const;    // device bytes besides the weights
+  int64_t weight_bytes() const;       // device bytes of the prepared weights
+  // One line per kernel: what runs for `tokens` tokens (tiles, stages, finalize mode).
+  std::string describe(int64_t tokens) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp4moe

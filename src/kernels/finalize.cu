@@ -1,0 +1,61 @@
+// Finalize: each token's k expert outputs weighted and summed in slot order
+// (split mode, bitwise identical run to run), or the fused epilogue's fp32 sums
+// converted; the shared expert's output added. 8 columns (16 bytes) per thread.
+#include <cuda_bf16.h>
+
+#include "fp4moe/error.hpp"
+#include "kernels/routing_kernels.hpp"
+#include "runtime/cuda_check.hpp"
+
+namespace fp4moe::kernels {
+namespace {
+
+__device__ __forceinline__ void add_bf16x8(float acc[8], uint4 v, float w) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    acc[2 * i] = __fmaf_rn(w, f.x, acc[2 * i]);
+    acc[2 * i + 1] = __fmaf_rn(w, f.y, acc[2 * i + 1]);
+  }
+}
+
+__global__ void finalize_kernel(const FinalizeArgs a) {
+  const int64_t groups = a.hidden / 8;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= a.tokens * groups) return;
+  const int64_t t = idx / groups, h = (idx % groups) * 8;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (a.expert_out) {
+    for (int j = 0; j < a.top_k; ++j) {
+      const int64_t q = t * a.top_k + j;
+      const uint4 v = *reinterpret_cast<const uint4*>(a.expert_out + int64_t(a.pair_pos[q]) * a.hidden + h);
+      add_bf16x8(acc, v, a.topk_weights[q]);
+    }
+  } else {
+    const float4* s = reinterpret_cast<const float4*>(a.accumulated + t * a.hidden + h);
+    const float4 lo = s[0], hi = s[1];
+    acc[0] = lo.x, acc[1] = lo.y, acc[2] = lo.z, acc[3] = lo.w, acc[4] = hi.x, acc[5] = hi.y, acc[6] = hi.z, acc[7] = hi.w;
+  }
+  if (a.shared_out) add_bf16x8(acc, *reinterpret_cast<const uint4*>(a.shared_out + t * a.hidden + h), 1.f);
+  uint4 o;
+  __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) ob[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+  *reinterpret_cast<uint4*>(a.out + t * a.hidden + h) = o;
+}
+
+}  // namespace
+
+void launch_finalize(const FinalizeArgs& a, cudaStream_t stream) {
+  FP4MOE_CHECK(a.hidden > 0 && a.hidden % 8 == 0, "finalize: hidden = " << a.hidden << " is not a positive multiple of 8");
+  FP4MOE_CHECK((a.expert_out != nullptr) != (a.accumulated != nullptr),
+               "finalize: exactly one of expert_out (split) and accumulated (fused) must be given");
+  FP4MOE_CHECK(a.out && (a.accumulated || (a.pair_pos && a.topk_weights)), "finalize: a device pointer is null");
+  if (a.tokens == 0) return;
+  const int64_t n = a.tokens * (a.hidden / 8);
+  finalize_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a);
+  FP4MOE_CHECK_LAUNCH("finalize_kernel");
+}
+
+}  // namespace fp4moe::kernels

@@ -1,0 +1,86 @@
+// GPU permutation: a counting sort of the T*k (token, slot) pairs by expert,
+// deterministic inside an expert (ascending pair index). One CTA: a shared-
+// memory histogram, a scan, then one warp ranks the pairs in order, 32 at a
+// time, with __match_any_sync (about 13 us for 16K pairs; fine for decode and
+// moderate prefill, see docs/kernels.md).
+#include "fp4moe/error.hpp"
+#include "kernels/routing_kernels.hpp"
+#include "runtime/cuda_check.hpp"
+
+namespace fp4moe::kernels {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kMaxExperts = 4096;
+
+__global__ void __launch_bounds__(kThreads) permute_kernel(const PermuteArgs a) {
+  __shared__ int count[kMaxExperts];
+  __shared__ int next[kMaxExperts];
+  const int E = a.experts, tid = threadIdx.x;
+  const int64_t P = a.tokens * a.top_k;
+  for (int e = tid; e < E; e += kThreads) count[e] = 0;
+  __syncthreads();
+  bool bad = false;
+  for (int64_t q = tid; q < P; q += kThreads) {
+    int e = a.topk_ids[q];
+    if (e < 0 || e >= E) bad = true, e = 0;
+    atomicAdd(&count[e], 1);
+  }
+  if (__syncthreads_or(bad) && tid == 0) atomicOr(a.status, kStatusBadExpertId);
+  // Exclusive scan of the counts by warp 0, 32 experts at a time.
+  if (tid < 32) {
+    int carry = 0;
+    for (int base = 0; base < E; base += 32) {
+      const int e = base + tid;
+      const int c = e < E ? count[e] : 0;
+      int incl = c;
+#pragma unroll
+      for (int o = 1; o < 32; o *= 2) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (tid >= o) incl += v;
+      }
+      if (e < E) {
+        next[e] = carry + incl - c;
+        a.expert_offsets[e] = carry + incl - c;
+      }
+      carry += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (tid == 0) {
+      a.expert_offsets[E] = carry;
+      if (a.dense_offsets) a.dense_offsets[0] = 0, a.dense_offsets[1] = static_cast<int32_t>(a.tokens);
+    }
+    // Rank in pair order: equal experts within 32 pairs take consecutive slots.
+    for (int64_t base = 0; base < P; base += 32) {
+      const int64_t q = base + tid;
+      const bool live = q < P;
+      int e = live ? a.topk_ids[q] : -1;
+      if (live && (e < 0 || e >= E)) e = 0;
+      const unsigned active = __ballot_sync(0xffffffffu, live);
+      if (live) {
+        const unsigned peers = __match_any_sync(active, e);
+        const int rank = __popc(peers & ((1u << tid) - 1));
+        const int pos = next[e] + rank;
+        a.permuted_pair[pos] = static_cast<int32_t>(q);
+        a.permuted_token[pos] = static_cast<int32_t>(q / a.top_k);
+        a.pair_pos[q] = pos;
+        __syncwarp(active);
+        if (rank == 0) next[e] += __popc(peers);
+      }
+      __syncwarp();
+    }
+  }
+}
+
+}  // namespace
+
+void launch_permute(const PermuteArgs& a, cudaStream_t stream) {
+  FP4MOE_CHECK(a.experts >= 1 && a.experts <= kMaxExperts, "permute: experts = " << a.experts << " is outside 1.." << kMaxExperts);
+  FP4MOE_CHECK(a.top_k >= 1, "permute: top_k = " << a.top_k << " must be positive");
+  FP4MOE_CHECK(a.tokens >= 0 && a.tokens * a.top_k < (int64_t(1) << 31), "permute: " << a.tokens << " tokens x " << a.top_k << " pairs overflow int32");
+  FP4MOE_CHECK(a.topk_ids && a.expert_offsets && a.permuted_pair && a.permuted_token && a.pair_pos && a.status,
+               "permute: a device pointer is null");
+  permute_kernel<<<1, kThreads, 0, stream>>>(a);
+  FP4MOE_CHECK_LAUNCH("permute_kernel");
+}
+
+}  // namespace fp4moe::kernels

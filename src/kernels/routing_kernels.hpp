@@ -1,0 +1,61 @@
+// Host interface of the GPU routing, permutation and finalize kernels. All are
+// graph-capture safe: device inputs, device outputs, no host synchronisation.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace fp4moe::kernels {
+
+// Bits of the device status word (a bad input never crashes or writes out of bounds).
+enum RoutingStatus : int32_t {
+  kStatusNonFiniteLogit = 1,   // a NaN/Inf router logit: that token routes to experts 0..k-1 with weight 0
+  kStatusBadExpertId = 2,      // a topk id outside [0, E): counted as expert 0
+};
+
+struct RouteArgs {
+  const float* logits = nullptr;  // [T, E]
+  const float* bias = nullptr;    // [E] e_score_correction_bias, or null
+  int64_t tokens = 0;
+  int experts = 0, top_k = 0;
+  bool sigmoid = false, renormalize = true;
+  int n_group = 1, topk_group = 1;
+  float routed_scaling_factor = 1.f;
+  int32_t* topk_ids = nullptr;     // [T, k]
+  float* topk_weights = nullptr;   // [T, k]
+  int32_t* status = nullptr;       // OR of RoutingStatus bits
+};
+// Bitwise the CPU reference's choice and weights (src/reference/router_math.hpp).
+void launch_route(const RouteArgs& a, cudaStream_t stream);
+
+struct PermuteArgs {
+  const int32_t* topk_ids = nullptr;  // [T, k]
+  int64_t tokens = 0;
+  int experts = 0, top_k = 0;
+  int32_t* expert_offsets = nullptr;  // [E+1]
+  int32_t* permuted_pair = nullptr;   // [T*k]: pair index t*k+j at each permuted row
+  int32_t* permuted_token = nullptr;  // [T*k]: its token t (GEMM1's gather rows)
+  int32_t* pair_pos = nullptr;        // [T*k]: the inverse, permuted row of each pair
+  int32_t* dense_offsets = nullptr;   // [2] = {0, T}: one "expert" holding every token (shared expert), or null
+  int32_t* status = nullptr;
+};
+// Counting sort by expert; inside an expert, ascending pair index (deterministic).
+void launch_permute(const PermuteArgs& a, cudaStream_t stream);
+
+struct FinalizeArgs {
+  const __nv_bfloat16* expert_out = nullptr;  // [T*k, H] GEMM2 output, permuted rows (split mode), or null
+  const float* accumulated = nullptr;          // [T, H] fp32 sums from the fused epilogue, or null
+  const int32_t* pair_pos = nullptr;
+  const float* topk_weights = nullptr;
+  const __nv_bfloat16* shared_out = nullptr;   // [T, H] shared expert output, or null
+  int64_t tokens = 0, hidden = 0;
+  int top_k = 0;
+  __nv_bfloat16* out = nullptr;                // [T, H]
+};
+// out[t] = sum_j w[t,j] * expert_out[pos(t,j)] in slot order j = 0..k-1, fp32
+// (split mode: bitwise identical run to run); or out[t] = accumulated[t]
+// (fused mode); plus the shared expert's output when given.
+void launch_finalize(const FinalizeArgs& a, cudaStream_t stream);
+
+}  // namespace fp4moe::kernels

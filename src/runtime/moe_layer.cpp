@@ -1,0 +1,292 @@
+// MoeLayer: owns the prepared weights and the workspace, and enqueues the
+// layer's kernels. Nothing here synchronises or allocates after construction.
+#include "fp4moe/layer.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "format/prepare_decode.hpp"
+#include "fp4moe/error.hpp"
+#include "kernels/decode_grouped_gemm.hpp"
+#include "kernels/routing_kernels.hpp"
+#include "plan/decode_plan.hpp"
+#include "runtime/cuda_check.hpp"
+#include "runtime/device_buffer.hpp"
+
+namespace fp4moe {
+namespace {
+
+struct DeviceProjection {  // one prepared projection of all experts
+  DeviceBuffer<uint8_t> weights, scales;
+  DeviceBuffer<float> dequant_scale;
+  int scale_parts = 1;
+  int64_t n = 0, k = 0, experts = 0;
+  Fp4Format format = Fp4Format::nvfp4;
+
+  explicit DeviceProjection(const PreparedExpertWeights& p)
+      : weights(p.weights), scales(p.scales), dequant_scale(p.dequant_scale), scale_parts(p.scale_parts), n(p.n),
+        k(p.k), experts(p.experts), format(p.format) {}
+  int64_t bytes() const { return int64_t(weights.bytes() + scales.bytes() + dequant_scale.bytes()); }
+};
+
+struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of experts
+  DeviceProjection w13, w2;
+};
+
+ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts) {
+  std::vector<Fp4Matrix> gate, up, down;
+  for (const ExpertWeights* e : experts) {
+    gate.push_back(e->gate);
+    up.push_back(e->up);
+    down.push_back(e->down);
+  }
+  return ExpertPair{DeviceProjection(prepare_gated_decode_weights(gate, up)), DeviceProjection(prepare_decode_weights(down))};
+}
+
+}  // namespace
+
+struct MoeLayer::Impl {
+  MoeConfig cfg;
+  LayerOptions opts;
+  FinalizeMode finalize = FinalizeMode::split;
+  plan::SmemBudget budget;
+  int sm_count = 0;
+  std::unique_ptr<ExpertPair> routed, shared;
+  DeviceBuffer<float> bias;
+  // workspace
+  DeviceBuffer<int32_t> topk_ids, offsets, permuted_pair, permuted_token, pair_pos, dense_offsets, status;
+  DeviceBuffer<float> topk_weights, accumulate;
+  DeviceBuffer<__nv_bfloat16> a2, y2, shared_a2, shared_y;
+
+  int64_t max_pairs() const { return opts.max_tokens * cfg.top_k; }
+
+  int tile_for(const DeviceProjection& w, double tokens_per_expert, int64_t active) const {
+    const int t = plan::rank_decode_tiles(w.n, w.k, budget, tokens_per_expert, active, sm_count);
+    FP4MOE_CHECK(t >= 0, "no decode tile fits N = " << w.n << ", K = " << w.k << " on this GPU: "
+                                                    << plan::plan_decode_tile(0, w.n, w.k, budget).explanation);
+    return t;
+  }
+
+  void gemm(const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather, const int32_t* offs,
+            kernels::DecodeEpilogue epi, __nv_bfloat16* y, double tokens_per_expert, int64_t active, cudaStream_t stream) {
+    kernels::DecodeGemmArgs a;
+    a.weights = w.weights.get();
+    a.scales = w.scales.get();
+    a.dequant_scale = w.dequant_scale.get();
+    a.scale_parts = w.scale_parts;
+    a.format = w.format;
+    a.num_experts = w.experts;
+    a.n = w.n;
+    a.k = w.k;
+    a.x = x;
+    a.gather = gather;
+    a.expert_offsets = offs;
+    a.y = y;
+    a.epilogue = epi;
+    if (epi == kernels::DecodeEpilogue::scatter_add) {
+      a.accumulate = accumulate.get();
+      a.permuted_pair = permuted_pair.get();
+      a.topk_weights = topk_weights.get();
+      a.top_k = static_cast<int>(cfg.top_k);
+    }
+    const int tile = tile_for(w, tokens_per_expert, active);
+    kernels::DecodeLaunch launch;
+    launch.tile = tile;
+    launch.stages = plan::plan_decode_tile(tile, w.n, w.k, budget).stages;
+    kernels::launch_decode_grouped_gemm(a, launch, stream);
+  }
+};
+
+MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions& opts) : impl_(new Impl) {
+  cfg.validate();
+  Impl& m = *impl_;
+  m.cfg = cfg;
+  m.opts = opts;
+  FP4MOE_CHECK(opts.max_tokens >= 1, "LayerOptions::max_tokens = " << opts.max_tokens << " must be at least 1");
+  FP4MOE_CHECK(int64_t(w.experts.size()) == cfg.num_experts,
+               "MoeLayer: " << w.experts.size() << " experts given, the model has num_experts = " << cfg.num_experts);
+  FP4MOE_CHECK(w.has_shared == cfg.shared_expert, "MoeLayer: the model " << (cfg.shared_expert ? "has" : "has no")
+                                                                          << " shared expert, the weights "
+                                                                          << (w.has_shared ? "have one" : "have none"));
+  FP4MOE_CHECK(cfg.hidden % 8 == 0, "MoeLayer: hidden = " << cfg.hidden << " is not a multiple of 8");
+  for (size_t e = 0; e < w.experts.size(); ++e) {
+    const ExpertWeights& x = w.experts[e];
+    FP4MOE_CHECK(x.gate.rows == cfg.intermediate && x.gate.cols == cfg.hidden && x.up.rows == cfg.intermediate &&
+                     x.up.cols == cfg.hidden && x.down.rows == cfg.hidden && x.down.cols == cfg.intermediate,
+                 "MoeLayer: expert " << e << " has gate [" << x.gate.rows << ", " << x.gate.cols << "], up [" << x.up.rows
+                                     << ", " << x.up.cols << "], down [" << x.down.rows << ", " << x.down.cols
+                                     << "]; the model needs [" << cfg.intermediate << ", " << cfg.hidden << "] and ["
+                                     << cfg.hidden << ", " << cfg.intermediate << "]");
+  }
+  if (opts.device >= 0) FP4MOE_CUDA_CHECK(cudaSetDevice(opts.device));
+  int dev = 0, v = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&m.sm_count, cudaDevAttrMultiProcessorCount, dev));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  m.budget.optin_per_block = v;
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  m.budget.per_sm = v;
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  m.budget.reserved_per_block = v;
+
+  std::vector<const ExpertWeights*> routed;
+  for (const ExpertWeights& e : w.experts) routed.push_back(&e);
+  m.routed = std::make_unique<ExpertPair>(prepare_experts(routed));
+  if (cfg.shared_expert) {
+    FP4MOE_CHECK(w.shared.gate.rows == cfg.shared_intermediate && w.shared.gate.cols == cfg.hidden &&
+                     w.shared.down.rows == cfg.hidden && w.shared.down.cols == cfg.shared_intermediate,
+                 "MoeLayer: the shared expert has gate [" << w.shared.gate.rows << ", " << w.shared.gate.cols << "], down ["
+                                                          << w.shared.down.rows << ", " << w.shared.down.cols
+                                                          << "]; the model needs width " << cfg.shared_intermediate);
+    m.shared = std::make_unique<ExpertPair>(prepare_experts({&w.shared}));
+  }
+  if (cfg.use_correction_bias) {
+    FP4MOE_CHECK(int64_t(w.correction_bias.size()) == cfg.num_experts,
+                 "MoeLayer: correction_bias has " << w.correction_bias.size() << " entries, expected " << cfg.num_experts);
+    m.bias.upload(w.correction_bias);
+  }
+  m.finalize = opts.deterministic ? FinalizeMode::split
+               : opts.finalize == FinalizeMode::automatic ? FinalizeMode::fused
+                                                          : opts.finalize;
+
+  const int64_t T = opts.max_tokens, P = m.max_pairs(), H = cfg.hidden;
+  m.topk_ids.resize(size_t(P));
+  m.topk_weights.resize(size_t(P));
+  m.offsets.resize(size_t(cfg.num_experts + 1));
+  m.permuted_pair.resize(size_t(P));
+  m.permuted_token.resize(size_t(P));
+  m.pair_pos.resize(size_t(P));
+  m.dense_offsets.resize(2);
+  m.status.resize(1);
+  m.status.fill_bytes(0);
+  m.a2.resize(size_t(P * cfg.intermediate));
+  if (m.finalize == FinalizeMode::split) m.y2.resize(size_t(P * H));
+  else m.accumulate.resize(size_t(T * H));
+  if (cfg.shared_expert) {
+    m.shared_a2.resize(size_t(T * cfg.shared_intermediate));
+    m.shared_y.resize(size_t(T * H));
+  }
+}
+
+MoeLayer::~MoeLayer() = default;
+
+void MoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
+                       __nv_bfloat16* out) {
+  Impl& m = *impl_;
+  const MoeConfig& c = m.cfg;
+  FP4MOE_CHECK(tokens >= 0 && tokens <= m.opts.max_tokens,
+               "forward: tokens = " << tokens << " is outside 0..max_tokens = " << m.opts.max_tokens);
+  FP4MOE_CHECK(hidden && router_logits && out, "forward: hidden, router_logits and out must be device pointers, got null");
+  if (tokens == 0) return;
+  const int64_t P = tokens * c.top_k;
+
+  kernels::RouteArgs r;
+  r.logits = router_logits;
+  r.bias = c.use_correction_bias ? m.bias.get() : nullptr;
+  r.tokens = tokens;
+  r.experts = static_cast<int>(c.num_experts);
+  r.top_k = static_cast<int>(c.top_k);
+  r.sigmoid = c.scoring == Scoring::sigmoid;
+  r.renormalize = c.renormalize;
+  r.n_group = static_cast<int>(c.n_group);
+  r.topk_group = static_cast<int>(c.topk_group);
+  r.routed_scaling_factor = c.routed_scaling_factor;
+  r.topk_ids = m.topk_ids.get();
+  r.topk_weights = m.topk_weights.get();
+  r.status = m.status.get();
+  kernels::launch_route(r, stream);
+
+  kernels::PermuteArgs pa;
+  pa.topk_ids = m.topk_ids.get();
+  pa.tokens = tokens;
+  pa.experts = static_cast<int>(c.num_experts);
+  pa.top_k = static_cast<int>(c.top_k);
+  pa.expert_offsets = m.offsets.get();
+  pa.permuted_pair = m.permuted_pair.get();
+  pa.permuted_token = m.permuted_token.get();
+  pa.pair_pos = m.pair_pos.get();
+  pa.dense_offsets = m.dense_offsets.get();
+  pa.status = m.status.get();
+  kernels::launch_permute(pa, stream);
+
+  // Host-side estimates for the tile choice (no device read): pairs per expert, active experts.
+  const double per_expert = double(P) / double(c.num_experts);
+  const int64_t active = std::min<int64_t>(c.num_experts, P);
+  using kernels::DecodeEpilogue;
+  m.gemm(m.routed->w13, hidden, m.permuted_token.get(), m.offsets.get(), DecodeEpilogue::swiglu, m.a2.get(), per_expert,
+         active, stream);
+  if (m.finalize == FinalizeMode::split) {
+    m.gemm(m.routed->w2, m.a2.get(), nullptr, m.offsets.get(), DecodeEpilogue::store, m.y2.get(), per_expert, active, stream);
+  } else {
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.accumulate.get(), 0, size_t(tokens * c.hidden) * sizeof(float), stream));
+    m.gemm(m.routed->w2, m.a2.get(), nullptr, m.offsets.get(), DecodeEpilogue::scatter_add, nullptr, per_expert, active,
+           stream);
+  }
+  if (m.shared) {
+    m.gemm(m.shared->w13, hidden, nullptr, m.dense_offsets.get(), DecodeEpilogue::swiglu, m.shared_a2.get(),
+           double(tokens), 1, stream);
+    m.gemm(m.shared->w2, m.shared_a2.get(), nullptr, m.dense_offsets.get(), DecodeEpilogue::store, m.shared_y.get(),
+           double(tokens), 1, stream);
+  }
+  kernels::FinalizeArgs f;
+  f.expert_out = m.finalize == FinalizeMode::split ? m.y2.get() : nullptr;
+  f.accumulated = m.finalize == FinalizeMode::split ? nullptr : m.accumulate.get();
+  f.pair_pos = m.pair_pos.get();
+  f.topk_weights = m.topk_weights.get();
+  f.shared_out = m.shared ? m.shared_y.get() : nullptr;
+  f.tokens = tokens;
+  f.hidden = c.hidden;
+  f.top_k = static_cast<int>(c.top_k);
+  f.out = out;
+  kernels::launch_finalize(f, stream);
+}
+
+void MoeLayer::check_status(cudaStream_t stream) {
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  int32_t s = 0;
+  FP4MOE_CUDA_CHECK(cudaMemcpy(&s, impl_->status.get(), sizeof(s), cudaMemcpyDeviceToHost));
+  impl_->status.fill_bytes(0);
+  FP4MOE_CHECK(!(s & kernels::kStatusNonFiniteLogit), "forward: a router logit was NaN or Inf (that token got zero weights)");
+  FP4MOE_CHECK(!(s & kernels::kStatusBadExpertId), "forward: an expert id was outside [0, " << impl_->cfg.num_experts << ")");
+}
+
+const int32_t* MoeLayer::topk_ids() const { return impl_->topk_ids.get(); }
+const float* MoeLayer::topk_weights() const { return impl_->topk_weights.get(); }
+const MoeConfig& MoeLayer::config() const { return impl_->cfg; }
+FinalizeMode MoeLayer::finalize_mode() const { return impl_->finalize; }
+
+int64_t MoeLayer::weight_bytes() const {
+  int64_t b = impl_->routed->w13.bytes() + impl_->routed->w2.bytes();
+  if (impl_->shared) b += impl_->shared->w13.bytes() + impl_->shared->w2.bytes();
+  return b;
+}
+
+int64_t MoeLayer::workspace_bytes() const {
+  const Impl& m = *impl_;
+  return int64_t(m.topk_ids.bytes() + m.topk_weights.bytes() + m.offsets.bytes() + m.permuted_pair.bytes() +
+                 m.permuted_token.bytes() + m.pair_pos.bytes() + m.dense_offsets.bytes() + m.status.bytes() +
+                 m.accumulate.bytes() + m.a2.bytes() + m.y2.bytes() + m.shared_a2.bytes() + m.shared_y.bytes());
+}
+
+std::string MoeLayer::describe(int64_t tokens) const {
+  const Impl& m = *impl_;
+  const int64_t P = tokens * m.cfg.top_k;
+  const double per_expert = double(P) / double(m.cfg.num_experts);
+  const int64_t active = std::min<int64_t>(m.cfg.num_experts, P);
+  std::ostringstream os;
+  auto line = [&](const char* what, const DeviceProjection& w, double tpe, int64_t act) {
+    const int t = m.tile_for(w, tpe, act);
+    const plan::SmemPlan p = plan::plan_decode_tile(t, w.n, w.k, m.budget);
+    os << what << ": N " << w.n << " K " << w.k << ", tile " << p.config << ", " << p.stages << " stages, "
+       << p.smem_bytes << " bytes of shared memory\n";
+  };
+  line("GEMM1 + SwiGLU", m.routed->w13, per_expert, active);
+  line(m.finalize == FinalizeMode::split ? "GEMM2 (split finalize)" : "GEMM2 (fused finalize)", m.routed->w2, per_expert, active);
+  if (m.shared) {
+    line("shared GEMM1 + SwiGLU", m.shared->w13, double(tokens), 1);
+    line("shared GEMM2", m.shared->w2, double(tokens), 1);
+  }
+  return os.str();
+}
+
+}  // namespace fp4moe
