@@ -311,6 +311,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     if (p.epilogue == int(DecodeEpilogue::swiglu)) {
       constexpr int kPieces = T.bm / 2 / 8;  // 8 output columns per piece
       const int64_t ld = p.n / 2;
+#pragma unroll 1
       for (int i = tid; i < w.rows * kPieces; i += kThreads) {
         const int r = i / kPieces, j0 = (i % kPieces) * 8;
         const int g = (j0 / 16) * 32 + j0 % 16;  // gate row of output column j0; its up row is g + 16
@@ -327,6 +328,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       }
     } else if (p.epilogue == int(DecodeEpilogue::scatter_add)) {
       constexpr int kPieces = T.bm / 4;  // 4 columns per piece
+#pragma unroll 1
       for (int i = tid; i < w.rows * kPieces; i += kThreads) {
         const int r = i / kPieces, c0 = (i % kPieces) * 4;
         const int32_t pair = p.permuted_pair[w.row0 + r];
@@ -337,6 +339,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       }
     } else {
       constexpr int kPieces = T.bm / 8;
+#pragma unroll 1
       for (int i = tid; i < w.rows * kPieces; i += kThreads) {
         const int r = i / kPieces, c0 = (i % kPieces) * 8;
         const float* er = epi + r * kEpiStride + c0;
