@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|bench|all]
+#   scripts/gpu-run.sh [tests|bench|layer|sanitize|all]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fp4moe-out}
@@ -29,7 +29,25 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     fi
   fi
 fi
+if [ "$WHAT" = layer ] || [ "$WHAT" = all ]; then
+  if [ -x "$BIN/bench_moe_layer" ]; then
+    "$BIN/bench_moe_layer" --out "$OUT/bench_layer.json" 2>&1 | tee "$OUT/bench_layer.log"
+    summary+=("bench_moe_layer: rc=${PIPESTATUS[0]}")
+    python3 bench/peers_layer.py --in "$OUT/bench_layer.json" --out "$OUT/bench_layer_peers.json" --table "$OUT/bench_layer_table.txt" 2>&1 | tail -3
+    rm -f "$OUT/bench_layer.json"
+  fi
+fi
+if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
+  # compute-sanitizer on small cases (memcheck and racecheck)
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/fp4moe_gpu_tests" \
+      --gtest_filter='GpuMoeLayer.SplitFinalize*:GpuDecodeGemm.SkewedRouting*' > "$OUT/sanitizer_$tool.log" 2>&1
+    rc=$?
+    summary+=("compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)")
+  done
+fi
 echo
 echo "==== summary ===="
 for s in "${summary[@]}"; do echo "$s"; done
 [ -f "$OUT/bench_table.txt" ] && cat "$OUT/bench_table.txt"
+[ -f "$OUT/bench_layer_table.txt" ] && cat "$OUT/bench_layer_table.txt"

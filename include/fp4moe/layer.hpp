@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -44,6 +46,12 @@ class MoeLayer {
   void forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
                __nv_bfloat16* out);
 
+  // Per-stage device time of forward() (median of `reps` runs, CUDA events between
+  // the stages): "route", "permute", "gemm1", "gemm2", "shared", "finalize". Synchronises.
+  std::vector<std::pair<std::string, double>> profile(cudaStream_t stream, const __nv_bfloat16* hidden,
+                                                      const float* router_logits, int64_t tokens, __nv_bfloat16* out,
+                                                      int reps = 20);
+
   // Synchronises `stream`, reads and clears the device status word; throws
   // naming what was wrong (a non-finite router logit, an expert id out of range).
   void check_status(cudaStream_t stream);
@@ -61,6 +69,9 @@ class MoeLayer {
 
  private:
   struct Impl;
+  struct Marks;
+  void run(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
+           __nv_bfloat16* out, Marks* marks);
   std::unique_ptr<Impl> impl_;
 };
 

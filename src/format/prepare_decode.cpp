@@ -65,9 +65,25 @@ void clear_code(uint8_t* w, int64_t k, int64_t row, int64_t col) {
 
 }  // namespace
 
+namespace {
+std::vector<const Fp4Matrix*> pointers(std::span<const Fp4Matrix> v) {
+  std::vector<const Fp4Matrix*> p;
+  for (const Fp4Matrix& m : v) p.push_back(&m);
+  return p;
+}
+}  // namespace
+
 PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts) {
+  return prepare_decode_weights(pointers(experts));
+}
+
+PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up) {
+  return prepare_gated_decode_weights(pointers(gate), pointers(up));
+}
+
+PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix* const> experts) {
   FP4MOE_CHECK(!experts.empty(), "prepare_decode_weights: no experts given");
-  const Fp4Matrix& first = experts[0];
+  const Fp4Matrix& first = *experts[0];
   PreparedExpertWeights p;
   p.format = first.format;
   p.experts = static_cast<int64_t>(experts.size());
@@ -80,7 +96,7 @@ PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts)
   p.dequant_scale.resize(static_cast<size_t>(p.experts));
 
   for (int64_t e = 0; e < p.experts; ++e) {
-    const Fp4Matrix& m = experts[static_cast<size_t>(e)];
+    const Fp4Matrix& m = *experts[static_cast<size_t>(e)];
     FP4MOE_CHECK(m.format == p.format, "prepare_decode_weights: expert " << e << " is " << to_string(m.format)
                                                                         << ", expert 0 is " << to_string(p.format));
     FP4MOE_CHECK(m.rows == p.n && m.cols == p.k, "prepare_decode_weights: expert " << e << " is [" << m.rows << ", "
@@ -90,7 +106,7 @@ PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts)
                                                    << m.scales.size() << " scale bytes for [" << m.rows << ", " << m.cols << "]");
   }
   detail::parallel_for(p.experts, [&](int64_t e) {
-    const Fp4Matrix& m = experts[static_cast<size_t>(e)];
+    const Fp4Matrix& m = *experts[static_cast<size_t>(e)];
     uint8_t* w = p.weights.data() + e * p.weight_bytes_per_expert();
     uint8_t* s = p.scales.data() + e * p.scale_bytes_per_expert();
     // One 32-bit word per (16-row group, k16 step, lane): the lane's 8 codes.
@@ -157,23 +173,24 @@ Fp4Matrix stack_rows(std::span<const Fp4Matrix* const> parts, int64_t interleave
   return out;
 }
 
-PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up) {
+PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix* const> gate,
+                                                   std::span<const Fp4Matrix* const> up) {
   FP4MOE_CHECK(gate.size() == up.size() && !gate.empty(),
                "prepare_gated_decode_weights: " << gate.size() << " gate and " << up.size() << " up matrices");
-  std::vector<Fp4Matrix> stacked;
-  stacked.reserve(gate.size());
-  for (size_t e = 0; e < gate.size(); ++e) {
-    FP4MOE_CHECK(gate[e].rows % 16 == 0, "prepare_gated_decode_weights: expert " << e << " has I = " << gate[e].rows
-                                                                                  << " rows, not a multiple of 16");
-    const Fp4Matrix* parts[] = {&gate[e], &up[e]};
-    stacked.push_back(stack_rows(parts, 16));
-  }
-  PreparedExpertWeights p = prepare_decode_weights(stacked);
+  for (size_t e = 0; e < gate.size(); ++e)
+    FP4MOE_CHECK(gate[e]->rows % 16 == 0, "prepare_gated_decode_weights: expert " << e << " has I = " << gate[e]->rows
+                                                                                   << " rows, not a multiple of 16");
+  std::vector<Fp4Matrix> stacked(gate.size());
+  detail::parallel_for(static_cast<int64_t>(gate.size()), [&](int64_t e) {
+    const Fp4Matrix* parts[] = {gate[size_t(e)], up[size_t(e)]};
+    stacked[size_t(e)] = stack_rows(parts, 16);
+  });
+  PreparedExpertWeights p = prepare_decode_weights(std::span<const Fp4Matrix>(stacked));
   p.scale_parts = 2;
   p.dequant_scale.resize(2 * gate.size());
   for (size_t e = 0; e < gate.size(); ++e) {
-    p.dequant_scale[2 * e] = pack::kAccumulatorFactor / gate[e].global_scale;
-    p.dequant_scale[2 * e + 1] = pack::kAccumulatorFactor / up[e].global_scale;
+    p.dequant_scale[2 * e] = pack::kAccumulatorFactor / gate[e]->global_scale;
+    p.dequant_scale[2 * e + 1] = pack::kAccumulatorFactor / up[e]->global_scale;
   }
   return p;
 }

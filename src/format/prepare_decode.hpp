@@ -26,12 +26,15 @@ struct PreparedExpertWeights {
 // All experts must share format and shape; N a multiple of 16, K of 128.
 // Throws fp4moe::Error naming the expert and the bad value.
 PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts);
+PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix* const> experts);
 
 // GEMM1 of an MoE layer: each expert's gate and up [I, H] interleaved in blocks
 // of 16 rows (gate rows 0-15, up rows 0-15, gate rows 16-31, ...) so one tile
 // holds matching gate and up rows for the SwiGLU epilogue; each keeps its own
 // global scale (scale_parts = 2), exactly.
 PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up);
+PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix* const> gate,
+                                                   std::span<const Fp4Matrix* const> up);
 
 // Stack several matrices of one expert along N. Row blocks of `interleave` rows
 // alternate between the parts (0 = plain concatenation). Codes and block scales

@@ -34,11 +34,11 @@ struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of
 };
 
 ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts) {
-  std::vector<Fp4Matrix> gate, up, down;
+  std::vector<const Fp4Matrix*> gate, up, down;
   for (const ExpertWeights* e : experts) {
-    gate.push_back(e->gate);
-    up.push_back(e->up);
-    down.push_back(e->down);
+    gate.push_back(&e->gate);
+    up.push_back(&e->up);
+    down.push_back(&e->down);
   }
   return ExpertPair{DeviceProjection(prepare_gated_decode_weights(gate, up)), DeviceProjection(prepare_decode_weights(down))};
 }
@@ -170,9 +170,61 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
 
 MoeLayer::~MoeLayer() = default;
 
+// Events recorded between the stages of one forward (profile() only).
+struct MoeLayer::Marks {
+  std::vector<std::pair<std::string, cudaEvent_t>> events;
+  void mark(const char* stage, cudaStream_t s) {
+    cudaEvent_t e;
+    FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
+    FP4MOE_CUDA_CHECK(cudaEventRecord(e, s));
+    events.emplace_back(stage, e);
+  }
+  ~Marks() {
+    for (auto& [name, e] : events) cudaEventDestroy(e);
+  }
+};
+
 void MoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
                        __nv_bfloat16* out) {
+  run(stream, hidden, router_logits, tokens, out, nullptr);
+}
+
+std::vector<std::pair<std::string, double>> MoeLayer::profile(cudaStream_t stream, const __nv_bfloat16* hidden,
+                                                              const float* router_logits, int64_t tokens,
+                                                              __nv_bfloat16* out, int reps) {
+  FP4MOE_CHECK(reps >= 1, "profile: reps = " << reps << " must be positive");
+  for (int i = 0; i < 3; ++i) run(stream, hidden, router_logits, tokens, out, nullptr);
+  std::vector<std::string> names;
+  std::vector<std::vector<double>> times;
+  for (int r = 0; r < reps; ++r) {
+    Marks marks;
+    marks.mark("start", stream);
+    run(stream, hidden, router_logits, tokens, out, &marks);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (names.empty()) {
+      for (size_t i = 1; i < marks.events.size(); ++i) names.push_back(marks.events[i].first);
+      times.resize(names.size());
+    }
+    for (size_t i = 1; i < marks.events.size(); ++i) {
+      float ms = 0;
+      FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, marks.events[i - 1].second, marks.events[i].second));
+      times[i - 1].push_back(ms);
+    }
+  }
+  std::vector<std::pair<std::string, double>> out_times;
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::sort(times[i].begin(), times[i].end());
+    out_times.emplace_back(names[i], times[i][times[i].size() / 2]);
+  }
+  return out_times;
+}
+
+void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
+                   __nv_bfloat16* out, Marks* marks) {
   Impl& m = *impl_;
+  auto mark = [&](const char* stage) {
+    if (marks) marks->mark(stage, stream);
+  };
   const MoeConfig& c = m.cfg;
   FP4MOE_CHECK(tokens >= 0 && tokens <= m.opts.max_tokens,
                "forward: tokens = " << tokens << " is outside 0..max_tokens = " << m.opts.max_tokens);
@@ -195,6 +247,7 @@ void MoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const f
   r.topk_weights = m.topk_weights.get();
   r.status = m.status.get();
   kernels::launch_route(r, stream);
+  mark("route");
 
   kernels::PermuteArgs pa;
   pa.topk_ids = m.topk_ids.get();
@@ -208,6 +261,7 @@ void MoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const f
   pa.dense_offsets = m.dense_offsets.get();
   pa.status = m.status.get();
   kernels::launch_permute(pa, stream);
+  mark("permute");
 
   // Host-side estimates for the tile choice (no device read): pairs per expert, active experts.
   const double per_expert = double(P) / double(c.num_experts);
@@ -215,6 +269,7 @@ void MoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const f
   using kernels::DecodeEpilogue;
   m.gemm(m.routed->w13, hidden, m.permuted_token.get(), m.offsets.get(), DecodeEpilogue::swiglu, m.a2.get(), per_expert,
          active, stream);
+  mark("gemm1");
   if (m.finalize == FinalizeMode::split) {
     m.gemm(m.routed->w2, m.a2.get(), nullptr, m.offsets.get(), DecodeEpilogue::store, m.y2.get(), per_expert, active, stream);
   } else {
@@ -222,11 +277,13 @@ void MoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const f
     m.gemm(m.routed->w2, m.a2.get(), nullptr, m.offsets.get(), DecodeEpilogue::scatter_add, nullptr, per_expert, active,
            stream);
   }
+  mark("gemm2");
   if (m.shared) {
     m.gemm(m.shared->w13, hidden, nullptr, m.dense_offsets.get(), DecodeEpilogue::swiglu, m.shared_a2.get(),
            double(tokens), 1, stream);
     m.gemm(m.shared->w2, m.shared_a2.get(), nullptr, m.dense_offsets.get(), DecodeEpilogue::store, m.shared_y.get(),
            double(tokens), 1, stream);
+    mark("shared");
   }
   kernels::FinalizeArgs f;
   f.expert_out = m.finalize == FinalizeMode::split ? m.y2.get() : nullptr;
@@ -239,6 +296,7 @@ void MoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const f
   f.top_k = static_cast<int>(c.top_k);
   f.out = out;
   kernels::launch_finalize(f, stream);
+  mark("finalize");
 }
 
 void MoeLayer::check_status(cudaStream_t stream) {
