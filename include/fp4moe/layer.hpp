@@ -46,6 +46,12 @@ class MoeLayer {
   void forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
                __nv_bfloat16* out);
 
+  // The same with the router logits computed on the device from the weights'
+  // router_weight (bf16 [E, H], cuBLAS, fp32 output and accumulation); throws
+  // when the layer was built without one.
+  void forward_from_hidden(cudaStream_t stream, const __nv_bfloat16* hidden, int64_t tokens, __nv_bfloat16* out);
+  bool has_router_weight() const;
+
   // Per-stage device time of forward() (median of `reps` runs, CUDA events between
   // the stages): "route", "permute", "gemm1", "gemm2", "shared", "finalize". Synchronises.
   std::vector<std::pair<std::string, double>> profile(cudaStream_t stream, const __nv_bfloat16* hidden,

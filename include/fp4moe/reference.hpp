@@ -41,6 +41,7 @@ struct ExpertWeights {
 struct MoeWeights {
   std::vector<ExpertWeights> experts;      // [E]
   std::vector<float> correction_bias;      // [E] when the model uses it
+  std::vector<uint16_t> router_weight;     // bf16 bits [E, H] (mlp.gate.weight), optional
   bool has_shared = false;
   ExpertWeights shared;
 };
@@ -53,6 +54,11 @@ MoeWeights random_moe_weights(const MoeConfig& cfg, Fp4Format format, uint64_t s
 // x: fp32 [T, H] (callers holding bf16 convert exactly).
 std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights& w,
                                          const float* x, int64_t tokens, const Routing& routing);
+
+// Router logits as the Hugging Face GLM-5 / DeepSeek-V3 code computes them:
+// fp32(hidden) . fp32(router_weight)^T; here in double, rounded to fp32 [T, E].
+std::vector<float> router_logits_reference(const float* hidden, int64_t tokens, int64_t hidden_size,
+                                           const std::vector<uint16_t>& router_weight);
 
 // Grouped GEMM oracle used by kernel tests: y[r] = x[r] . dequant(W)^T for
 // the rows of each expert, fp64 accumulation, fp32 result.

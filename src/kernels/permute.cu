@@ -49,6 +49,7 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(const PermuteArgs a) 
       a.expert_offsets[E] = carry;
       if (a.dense_offsets) a.dense_offsets[0] = 0, a.dense_offsets[1] = static_cast<int32_t>(a.tokens);
     }
+    __syncwarp();  // next[] written by every lane above is read by every lane below
     // Rank in pair order: equal experts within 32 pairs take consecutive slots.
     for (int64_t base = 0; base < P; base += 32) {
       const int64_t q = base + tid;

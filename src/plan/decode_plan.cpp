@@ -112,26 +112,25 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const Arch& arch
 
 int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert, int64_t active_experts,
                       int sm_count) {
-  // Cover the expert's tokens in one chunk (the weights are then read once),
-  // with the fewest wasted token columns, then the deepest pipeline; prefer
-  // smaller bm when bm=128 leaves SMs idle.
+  // Measured on the H200 (docs/kernels.md): the kernel is bound by the issue
+  // rate of its dequantization, so resident warps beat wide token tiles; up to
+  // ~6 tokens per expert an 8-token tile, to ~12 a 16-token tile, beyond that
+  // 32-token tiles (experts with more tokens take several chunks, whose weights
+  // come from L2). Among tiles of that width: most resident warps, then the
+  // deeper pipeline; small bm when there are too few items for the SMs.
+  const int want_nt = tokens_per_expert <= 6 ? 8 : tokens_per_expert <= 12 ? 16 : 32;
   int best = -1;
   double best_score = -1e300;
   for (int i = 0; i < kNumDecodeTiles; ++i) {
     const SmemPlan p = plan_decode_tile(i, n, k, capacity);
     if (!p.fits) continue;
     const DecodeTile& t = kDecodeTiles[i];
-    const double want = std::min(64.0, std::max(1.0, std::ceil(tokens_per_expert * 1.5)));
     const double chunks = std::ceil(std::max(1.0, tokens_per_expert) / t.nt);
-    const double waste = chunks * t.nt - std::max(1.0, tokens_per_expert);
     const double items = double(active_experts) * chunks * double(n / t.bm);
-    double score = -chunks * 100.0 - waste - (t.nt < want ? 50.0 : 0.0) + std::min(p.stages, 4) * 2.0 + t.bk / 128.0 +
-                   std::min(t.ctas_per_sm * t.warps(), 24) * 0.5;
-    if (items < 2.0 * sm_count && t.bm < 128) score += 20.0;
-    if (score > best_score) {
-      best_score = score;
-      best = i;
-    }
+    double score = (t.nt == want_nt ? 1000.0 : -std::abs(std::log2(double(t.nt) / want_nt)) * 100.0) +
+                   std::min(t.ctas_per_sm * t.warps(), 24) * 4.0 + std::min(p.stages, 4) + t.bk / 256.0;
+    if (t.bm < 128) score += items < 2.0 * sm_count ? 40.0 : -40.0;
+    if (score > best_score) best_score = score, best = i;
   }
   return best;
 }

@@ -10,6 +10,7 @@
 #include "kernels/decode_grouped_gemm.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "plan/decode_plan.hpp"
+#include "runtime/cublas_check.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
 
@@ -57,6 +58,14 @@ struct MoeLayer::Impl {
   DeviceBuffer<int32_t> topk_ids, offsets, permuted_pair, permuted_token, pair_pos, dense_offsets, status;
   DeviceBuffer<float> topk_weights, accumulate;
   DeviceBuffer<__nv_bfloat16> a2, y2, shared_a2, shared_y;
+  // optional router: logits = hidden . router_weight^T on the device
+  DeviceBuffer<__nv_bfloat16> router_weight;
+  DeviceBuffer<float> logits;
+  DeviceBuffer<uint8_t> blas_workspace;
+  cublasHandle_t blas = nullptr;
+  ~Impl() {
+    if (blas) cublasDestroy(blas);
+  }
 
   int64_t max_pairs() const { return opts.max_tokens * cfg.top_k; }
 
@@ -145,6 +154,18 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
                  "MoeLayer: correction_bias has " << w.correction_bias.size() << " entries, expected " << cfg.num_experts);
     m.bias.upload(w.correction_bias);
   }
+  if (!w.router_weight.empty()) {
+    FP4MOE_CHECK(int64_t(w.router_weight.size()) == cfg.num_experts * cfg.hidden,
+                 "MoeLayer: router_weight has " << w.router_weight.size() << " values, expected [E, H] = ["
+                                                << cfg.num_experts << ", " << cfg.hidden << "]");
+    m.router_weight.resize(w.router_weight.size());
+    FP4MOE_CUDA_CHECK(cudaMemcpy(m.router_weight.get(), w.router_weight.data(), w.router_weight.size() * 2,
+                                 cudaMemcpyHostToDevice));
+    m.logits.resize(size_t(opts.max_tokens * cfg.num_experts));
+    m.blas_workspace.resize(size_t(8) << 20);  // a fixed workspace keeps cuBLAS graph-capture safe
+    FP4MOE_CUBLAS_CHECK(cublasCreate(&m.blas));
+    FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(m.blas, m.blas_workspace.get(), m.blas_workspace.bytes()));
+  }
   m.finalize = opts.deterministic ? FinalizeMode::split
                : opts.finalize == FinalizeMode::automatic ? FinalizeMode::fused
                                                           : opts.finalize;
@@ -187,6 +208,25 @@ struct MoeLayer::Marks {
 void MoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
                        __nv_bfloat16* out) {
   run(stream, hidden, router_logits, tokens, out, nullptr);
+}
+
+bool MoeLayer::has_router_weight() const { return impl_->blas != nullptr; }
+
+void MoeLayer::forward_from_hidden(cudaStream_t stream, const __nv_bfloat16* hidden, int64_t tokens, __nv_bfloat16* out) {
+  Impl& m = *impl_;
+  FP4MOE_CHECK(m.blas, "forward_from_hidden: the layer was built without a router_weight");
+  FP4MOE_CHECK(tokens >= 0 && tokens <= m.opts.max_tokens,
+               "forward_from_hidden: tokens = " << tokens << " is outside 0..max_tokens = " << m.opts.max_tokens);
+  FP4MOE_CHECK(hidden && out, "forward_from_hidden: hidden and out must be device pointers, got null");
+  if (tokens == 0) return;
+  // Column-major view: logits^T [E, T] = W [E, H] . hidden^T [H, T].
+  const float alpha = 1.f, beta = 0.f;
+  const int E = static_cast<int>(m.cfg.num_experts), H = static_cast<int>(m.cfg.hidden);
+  FP4MOE_CUBLAS_CHECK(cublasSetStream(m.blas, stream));
+  FP4MOE_CUBLAS_CHECK(cublasGemmEx(m.blas, CUBLAS_OP_T, CUBLAS_OP_N, E, static_cast<int>(tokens), H, &alpha,
+                                   m.router_weight.get(), CUDA_R_16BF, H, hidden, CUDA_R_16BF, H, &beta, m.logits.get(),
+                                   CUDA_R_32F, E, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  run(stream, hidden, m.logits.get(), tokens, out, nullptr);
 }
 
 std::vector<std::pair<std::string, double>> MoeLayer::profile(cudaStream_t stream, const __nv_bfloat16* hidden,

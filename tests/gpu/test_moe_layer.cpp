@@ -158,3 +158,47 @@ TEST(GpuMoeLayer, BadInputsAreNamed) {
 
 }  // namespace
 }  // namespace fp4moe
+
+namespace fp4moe {
+namespace {
+
+TEST(GpuMoeLayer, RouterLogitsFromTheRouterWeight) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase c = make_case("glm5-small", 96, 21);
+  const test::Bf16Matrix rw = test::random_bf16(c.cfg.num_experts * c.cfg.hidden, 22, 0.05f);
+  c.w.router_weight = rw.bits;
+  LayerOptions o;
+  o.max_tokens = c.T;
+  MoeLayer layer(c.cfg, c.w, o);
+  ASSERT_TRUE(layer.has_router_weight());
+  DeviceBuffer<uint16_t> dx(c.x.bits), dout(size_t(c.T * c.cfg.hidden));
+  dout.fill_bytes(0xFF);
+  layer.forward_from_hidden(nullptr, reinterpret_cast<const __nv_bfloat16*>(dx.get()), c.T,
+                            reinterpret_cast<__nv_bfloat16*>(dout.get()));
+  layer.check_status(nullptr);
+  Routing gpu;
+  gpu.tokens = c.T;
+  gpu.top_k = c.cfg.top_k;
+  gpu.topk_ids.resize(size_t(c.T * c.cfg.top_k));
+  gpu.topk_weights.resize(gpu.topk_ids.size());
+  FP4MOE_CUDA_CHECK(cudaMemcpy(gpu.topk_ids.data(), layer.topk_ids(), gpu.topk_ids.size() * 4, cudaMemcpyDeviceToHost));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(gpu.topk_weights.data(), layer.topk_weights(), gpu.topk_weights.size() * 4, cudaMemcpyDeviceToHost));
+  // cuBLAS sums in another order than the double reference: choices may differ only at near-ties.
+  const std::vector<float> ref_logits = router_logits_reference(c.x.values.data(), c.T, c.cfg.hidden, c.w.router_weight);
+  const Routing ref_route = route_reference(c.cfg, ref_logits.data(), c.T, c.w.correction_bias);
+  int64_t differing_tokens = 0;
+  for (int64_t t = 0; t < c.T; ++t)
+    differing_tokens += !std::equal(gpu.topk_ids.begin() + t * c.cfg.top_k, gpu.topk_ids.begin() + (t + 1) * c.cfg.top_k,
+                                    ref_route.topk_ids.begin() + t * c.cfg.top_k);
+  EXPECT_LE(differing_tokens, 2) << "router choices from cuBLAS logits differ for " << differing_tokens << " of " << c.T << " tokens";
+  const std::vector<float> ref = moe_forward_reference(c.cfg, c.w, c.x.values.data(), c.T, gpu);
+  const std::vector<uint16_t> bits = dout.download();
+  std::vector<float> got(bits.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_float(bits[i]);
+  int64_t unwritten = 0;
+  EXPECT_LT(test::rel_frobenius(got, ref, &unwritten), 1e-2);
+  EXPECT_EQ(unwritten, 0);
+}
+
+}  // namespace
+}  // namespace fp4moe
