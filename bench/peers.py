@@ -1,82 +1,145 @@
 #!/usr/bin/env python3
-"""Peers measured in the same run: torch._grouped_mm on bf16 weights, same routing
-(the per-expert row counts written by bench_decode_gemm). Benchmark tool only:
-PyTorch is never part of fp4moe itself. Prints the combined table last."""
+"""Peers measured in the same run, on the same routing, for fp4moe's benchmarks:
+torch._grouped_mm on bf16 weights for each expert GEMM, and a PyTorch bf16 MoE
+layer (permute, grouped_mm, SiLU * up, weighted index_add, dense shared expert).
+Benchmark tool only: PyTorch is never part of fp4moe.
+
+  --layer-in F : the JSON of `fp4moe bench` (adds torch_ms / speedup_vs_torch to
+                 each GEMM and to the layer), written to --out.
+  --in F       : the JSON of bench_decode_gemm (one GEMM per case); prints a table.
+"""
 import argparse
 import json
 import sys
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--in", dest="inp", required=True, help="bench_decode_gemm JSON")
-    ap.add_argument("--out", required=True, help="JSON with torch timings added")
-    ap.add_argument("--table", default=None, help="write the markdown table here too")
-    ap.add_argument("--reps", type=int, default=30)
-    args = ap.parse_args()
-    rep = json.load(open(args.inp))
-    try:
-        import torch
-    except ImportError:
-        print("peers.py: PyTorch not present: torch peer skipped")
-        torch = None
+def timed(torch, fn, reps):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    ts.sort()
+    return ts[len(ts) // 2]
 
-    if torch is not None:
-        dev = torch.device("cuda")
-        E = rep["experts"]
-        weights = {}
-        for c in rep["cases"]:
-            key = (c["n"], c["k"])
-            if key not in weights:
-                weights.clear()
-                torch.cuda.empty_cache()
-                g = torch.Generator(device=dev).manual_seed(7)
-                # [E, N, K] contiguous, used as [E, K, N] (column-major B), as MoE layers store them
-                weights[key] = (torch.randn(E, c["n"], c["k"], device=dev, dtype=torch.bfloat16, generator=g) * 0.02)
-            w = weights[key]
-            counts = torch.tensor(c["counts"], dtype=torch.int32)
-            offs = torch.cumsum(counts, 0).to(torch.int32).to(dev)
-            x = torch.randn(c["pairs"], c["k"], device=dev, dtype=torch.bfloat16)
-            fn = lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
-            try:
-                for _ in range(5):
-                    fn()
-                torch.cuda.synchronize()
-                ts = []
-                for _ in range(args.reps):
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    fn()
-                    e.record()
-                    e.synchronize()
-                    ts.append(s.elapsed_time(e))
-                ts.sort()
-                c["torch_grouped_mm_ms"] = ts[len(ts) // 2]
-                c["speedup_vs_torch"] = c["torch_grouped_mm_ms"] / c["median_ms"]
-            except Exception as ex:  # report, never hide
-                c["torch_error"] = str(ex).splitlines()[0]
-                print(f"peers.py: torch._grouped_mm failed for {c['gemm']} T={c['tokens']}: {c['torch_error']}")
-        rep["torch_version"] = torch.__version__
-    json.dump(rep, open(args.out, "w"), indent=1)
 
+def grouped_mm_ms(torch, w, counts, k, reps):
+    dev = w.device
+    offs = torch.cumsum(torch.tensor(counts, dtype=torch.int32), 0).to(torch.int32).to(dev)
+    x = torch.randn(int(sum(counts)), k, device=dev, dtype=torch.bfloat16)
+    return timed(torch, lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs), reps)
+
+
+def layer_peers(torch, rep, reps):
+    dev = torch.device("cuda")
+    H, I, E, k, Is = rep["hidden"], rep["intermediate"], rep["experts"], rep["top_k"], rep["shared_intermediate"]
+    g = torch.Generator(device=dev).manual_seed(3)
+    w13 = torch.randn(E, 2 * I, H, device=dev, dtype=torch.bfloat16, generator=g) * 0.02
+    w2 = torch.randn(E, H, I, device=dev, dtype=torch.bfloat16, generator=g) * 0.02
+    ws13 = torch.randn(2 * Is, H, device=dev, dtype=torch.bfloat16, generator=g) * 0.02 if Is else None
+    ws2 = torch.randn(H, Is, device=dev, dtype=torch.bfloat16, generator=g) * 0.02 if Is else None
+
+    def layer(x, ids, wts):
+        T = x.shape[0]
+        flat = ids.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        offs = torch.cumsum(torch.bincount(flat, minlength=E), 0).to(torch.int32)
+        tok = order // k
+        y1 = torch._grouped_mm(x[tok], w13.transpose(-2, -1), offs=offs)
+        a2 = torch.nn.functional.silu(y1[:, :I]) * y1[:, I:]
+        y2 = torch._grouped_mm(a2, w2.transpose(-2, -1), offs=offs)
+        out = torch.zeros(T, H, device=dev, dtype=torch.float32)
+        out.index_add_(0, tok, y2.float() * wts.reshape(-1)[order, None])
+        if Is:
+            s1 = x @ ws13.t()
+            out += ((torch.nn.functional.silu(s1[:, :Is]) * s1[:, Is:]) @ ws2.t()).float()
+        return out.to(torch.bfloat16)
+
+    for c in rep["cases"]:
+        T = c["tokens"]
+        try:
+            for gm, w in zip(c["gemms"], (w13, w2)):
+                if "time" not in gm:
+                    continue
+                gm["torch_ms"] = grouped_mm_ms(torch, w, gm["counts"], gm["k"], reps)
+                gm["speedup_vs_torch"] = gm["torch_ms"] / gm["time"]["median_ms"]
+            x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
+            ids = torch.tensor(c["topk_ids"], dtype=torch.int64, device=dev).reshape(T, k)
+            wts = torch.tensor(c["topk_weights"], dtype=torch.float32, device=dev).reshape(T, k)
+            c["layer"]["torch_ms"] = timed(torch, lambda: layer(x, ids, wts), reps)
+            c["layer"]["speedup_vs_torch"] = c["layer"]["torch_ms"] / c["layer"]["time"]["median_ms"]
+        except Exception as ex:  # report, never hide
+            c["torch_error"] = str(ex).splitlines()[0]
+            print(f"peers.py: torch failed at T={T}: {c['torch_error']}")
+    rep["torch_version"] = torch.__version__
+
+
+def gemm_peers(torch, rep, reps):
+    dev = torch.device("cuda")
+    E = rep["experts"]
+    weights = {}
+    for c in rep["cases"]:
+        key = (c["n"], c["k"])
+        if key not in weights:
+            weights.clear()
+            torch.cuda.empty_cache()
+            g = torch.Generator(device=dev).manual_seed(7)
+            weights[key] = torch.randn(E, c["n"], c["k"], device=dev, dtype=torch.bfloat16, generator=g) * 0.02
+        try:
+            c["torch_grouped_mm_ms"] = grouped_mm_ms(torch, weights[key], c["counts"], c["k"], reps)
+            c["speedup_vs_torch"] = c["torch_grouped_mm_ms"] / c["median_ms"]
+        except Exception as ex:
+            c["torch_error"] = str(ex).splitlines()[0]
+            print(f"peers.py: torch._grouped_mm failed for {c['gemm']} T={c['tokens']}: {c['torch_error']}")
+    rep["torch_version"] = torch.__version__
+
+
+def gemm_table(rep):
     ce = rep["ceilings"]
-    lines = [
-        f"GPU: {rep['device']}; ceilings this run: copy {ce['copy_tb_per_s']:.2f} TB/s, cuBLAS bf16 {ce['bf16_tflop_per_s']:.0f} TFLOP/s",
-        "",
-        "| GEMM | T | active experts | fp4moe ms | TB/s | TFLOP/s | floor ms | % of floor | tile | vs cuBLAS bf16 | vs torch._grouped_mm |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = [f"GPU: {rep['device']}; ceilings this run: copy {ce['copy_tb_per_s']:.2f} TB/s, cuBLAS bf16 {ce['bf16_tflop_per_s']:.0f} TFLOP/s",
+             "", "| GEMM | T | active experts | fp4moe ms | TB/s | TFLOP/s | floor ms | % of floor | tile | vs cuBLAS bf16 | vs torch._grouped_mm |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in rep["cases"]:
         tv = f"{c['speedup_vs_torch']:.2f}x" if "speedup_vs_torch" in c else c.get("torch_error", "n/a")[:30]
-        lines.append(
-            f"| {c['gemm']} N={c['n']} K={c['k']} | {c['tokens']} | {c['active_experts']} | {c['median_ms']:.4f} "
-            f"| {c['tb_per_s']:.2f} | {c['tflop_per_s']:.0f} | {c['floor_ms']:.4f} | {100 * c['floor_fraction']:.0f}% "
-            f"| {c['best_tile']} | {c['speedup_vs_cublas']:.2f}x | {tv} |")
-    table = "\n".join(lines)
-    if args.table:
-        open(args.table, "w").write(table + "\n")
-    print(table)
+        lines.append(f"| {c['gemm']} N={c['n']} K={c['k']} | {c['tokens']} | {c['active_experts']} | {c['median_ms']:.4f} "
+                     f"| {c['tb_per_s']:.2f} | {c['tflop_per_s']:.0f} | {c['floor_ms']:.4f} | {100 * c['floor_fraction']:.0f}% "
+                     f"| {c['best_tile']} | {c['speedup_vs_cublas']:.2f}x | {tv} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--in", dest="inp", help="bench_decode_gemm JSON")
+    ap.add_argument("--layer-in", help="fp4moe bench JSON")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--table", default=None)
+    ap.add_argument("--reps", type=int, default=20)
+    a = ap.parse_args()
+    if bool(a.inp) == bool(a.layer_in):
+        sys.exit("peers.py: give exactly one of --in and --layer-in")
+    rep = json.load(open(a.layer_in or a.inp))
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            raise ImportError("no CUDA device for PyTorch")
+    except ImportError as ex:
+        torch = None
+        print(f"peers.py: PyTorch peer skipped ({ex})")
+    if torch is not None:
+        (layer_peers if a.layer_in else gemm_peers)(torch, rep, a.reps)
+    json.dump(rep, open(a.out, "w"), indent=None if a.layer_in else 1)
+    if a.inp:
+        table = gemm_table(rep)
+        if a.table:
+            open(a.table, "w").write(table + "\n")
+        print(table)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

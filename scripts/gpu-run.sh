@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|bench|layer|sanitize|all]
+#   scripts/gpu-run.sh [tests|bench|layer|sanitize|all]   (bench: GEMM tiles; layer: fp4moe tune + fp4moe bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fp4moe-out}
@@ -30,12 +30,13 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   fi
 fi
 if [ "$WHAT" = layer ] || [ "$WHAT" = all ]; then
-  if [ -x "$BIN/bench_moe_layer" ]; then
-    "$BIN/bench_moe_layer" --out "$OUT/bench_layer.json" 2>&1 | tee "$OUT/bench_layer.log"
-    summary+=("bench_moe_layer: rc=${PIPESTATUS[0]}")
-    python3 bench/peers_layer.py --in "$OUT/bench_layer.json" --out "$OUT/bench_layer_peers.json" --table "$OUT/bench_layer_table.txt" 2>&1 | tail -3
-    rm -f "$OUT/bench_layer.json"
-  fi
+  # the autotuner, then the whole-layer benchmark with the tuned tiles
+  export FP4MOE_CACHE="$OUT/tune.json"
+  "$BIN/fp4moe" tune --model glm5 > "$OUT/tune.log" 2>&1
+  summary+=("fp4moe tune: rc=$?, $(tail -1 "$OUT/tune.log")")
+  "$BIN/fp4moe" bench --model glm5 --out "$OUT/bench" --peers-script bench/peers.py > "$OUT/bench_layer.log" 2>&1
+  summary+=("fp4moe bench: rc=$?")
+  rm -f "$OUT/bench_layer.log.tmp"
 fi
 if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
   # compute-sanitizer on small cases (memcheck and racecheck)
@@ -50,4 +51,5 @@ echo
 echo "==== summary ===="
 for s in "${summary[@]}"; do echo "$s"; done
 [ -f "$OUT/bench_table.txt" ] && cat "$OUT/bench_table.txt"
-[ -f "$OUT/bench_layer_table.txt" ] && cat "$OUT/bench_layer_table.txt"
+[ -f "$OUT/tune.log" ] && tail -32 "$OUT/tune.log"
+[ -f "$OUT/bench/bench.md" ] && cat "$OUT/bench/bench.md"

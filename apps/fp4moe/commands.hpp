@@ -7,5 +7,7 @@ namespace fp4moe::cli {
 void register_info(CLI::App& app);
 void register_run(CLI::App& app);
 void register_plan(CLI::App& app);
+void register_tune(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace fp4moe::cli

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   fp4moe::cli::register_info(app);
   fp4moe::cli::register_run(app);
   fp4moe::cli::register_plan(app);
+  fp4moe::cli::register_tune(app);
+  fp4moe::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@
 // token is routed with zero weights and check_status() reports it afterwards.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -27,8 +28,14 @@ enum class FinalizeMode {
   split,      // GEMM2 writes its rows; a separate pass sums each token's k rows in slot order (bitwise stable)
 };
 
+inline constexpr const char* kVersion = "0.1.0";
+
 struct LayerOptions {
   int64_t max_tokens = 1024;
+  // Tiles come from the tune cache when it has them (fp4moe tune), else from
+  // the planner's ranking. Path: this, else $FP4MOE_CACHE, else the user's cache dir.
+  std::string tune_cache;
+  bool use_tune_cache = true;
   bool deterministic = false;  // forces FinalizeMode::split
   FinalizeMode finalize = FinalizeMode::automatic;
   int device = -1;             // -1: the current device
@@ -52,11 +59,14 @@ class MoeLayer {
   void forward_from_hidden(cudaStream_t stream, const __nv_bfloat16* hidden, int64_t tokens, __nv_bfloat16* out);
   bool has_router_weight() const;
 
-  // Per-stage device time of forward() (median of `reps` runs, CUDA events between
-  // the stages): "route", "permute", "gemm1", "gemm2", "shared", "finalize". Synchronises.
-  std::vector<std::pair<std::string, double>> profile(cudaStream_t stream, const __nv_bfloat16* hidden,
-                                                      const float* router_logits, int64_t tokens, __nv_bfloat16* out,
-                                                      int reps = 20);
+  // Per-stage device time of forward() over `reps` runs, CUDA events between
+  // the stages: "route", "permute", "gemm1", "gemm2", "shared", "finalize". Synchronises.
+  struct StageTime {
+    std::string stage;
+    double median_ms = 0, min_ms = 0, max_ms = 0;
+  };
+  std::vector<StageTime> profile(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits,
+                                 int64_t tokens, __nv_bfloat16* out, int reps = 20);
 
   // Synchronises `stream`, reads and clears the device status word; throws
   // naming what was wrong (a non-finite router logit, an expert id out of range).
@@ -70,8 +80,22 @@ class MoeLayer {
   FinalizeMode finalize_mode() const;
   int64_t workspace_bytes() const;    // device bytes besides the weights
   int64_t weight_bytes() const;       // device bytes of the prepared weights
-  // One line per kernel: what runs for `tokens` tokens (tiles, stages, finalize mode).
+  // One line per kernel: what runs for `tokens` tokens (tiles, stages, finalize
+  // mode, and whether each tile is tuned or the planner's default).
   std::string describe(int64_t tokens) const;
+
+  // Autotuning: for each token count's bucket and each GEMM of the layer, times
+  // every tile the planner accepts on routed random inputs (median of CUDA
+  // events), keeps the fastest in the tune cache (saved atomically, merged) and
+  // uses it from then on. A tile that fails to launch is an error, never skipped.
+  struct TuneRow {
+    std::string gemm;
+    int64_t tokens = 0, bucket = 0;
+    std::string default_tile, tuned_tile;
+    double default_ms = 0, tuned_ms = 0;
+  };
+  std::vector<TuneRow> tune(const std::vector<int64_t>& tokens,
+                            const std::function<void(int done, int total, const std::string& what)>& progress = {});
 
  private:
   struct Impl;

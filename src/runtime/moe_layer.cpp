@@ -2,6 +2,8 @@
 // layer's kernels. Nothing here synchronises or allocates after construction.
 #include "fp4moe/layer.hpp"
 
+#include "runtime/moe_layer_impl.hpp"
+
 #include <algorithm>
 #include <sstream>
 
@@ -17,23 +19,6 @@
 namespace fp4moe {
 namespace {
 
-struct DeviceProjection {  // one prepared projection of all experts
-  DeviceBuffer<uint8_t> weights, scales;
-  DeviceBuffer<float> dequant_scale;
-  int scale_parts = 1;
-  int64_t n = 0, k = 0, experts = 0;
-  Fp4Format format = Fp4Format::nvfp4;
-
-  explicit DeviceProjection(const PreparedExpertWeights& p)
-      : weights(p.weights), scales(p.scales), dequant_scale(p.dequant_scale), scale_parts(p.scale_parts), n(p.n),
-        k(p.k), experts(p.experts), format(p.format) {}
-  int64_t bytes() const { return int64_t(weights.bytes() + scales.bytes() + dequant_scale.bytes()); }
-};
-
-struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of experts
-  DeviceProjection w13, w2;
-};
-
 ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts) {
   std::vector<const Fp4Matrix*> gate, up, down;
   for (const ExpertWeights* e : experts) {
@@ -45,66 +30,6 @@ ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts) {
 }
 
 }  // namespace
-
-struct MoeLayer::Impl {
-  MoeConfig cfg;
-  LayerOptions opts;
-  FinalizeMode finalize = FinalizeMode::split;
-  plan::SmemBudget budget;
-  int sm_count = 0;
-  std::unique_ptr<ExpertPair> routed, shared;
-  DeviceBuffer<float> bias;
-  // workspace
-  DeviceBuffer<int32_t> topk_ids, offsets, permuted_pair, permuted_token, pair_pos, dense_offsets, status;
-  DeviceBuffer<float> topk_weights, accumulate;
-  DeviceBuffer<__nv_bfloat16> a2, y2, shared_a2, shared_y;
-  // optional router: logits = hidden . router_weight^T on the device
-  DeviceBuffer<__nv_bfloat16> router_weight;
-  DeviceBuffer<float> logits;
-  DeviceBuffer<uint8_t> blas_workspace;
-  cublasHandle_t blas = nullptr;
-  ~Impl() {
-    if (blas) cublasDestroy(blas);
-  }
-
-  int64_t max_pairs() const { return opts.max_tokens * cfg.top_k; }
-
-  int tile_for(const DeviceProjection& w, double tokens_per_expert, int64_t active) const {
-    const int t = plan::rank_decode_tiles(w.n, w.k, budget, tokens_per_expert, active, sm_count);
-    FP4MOE_CHECK(t >= 0, "no decode tile fits N = " << w.n << ", K = " << w.k << " on this GPU: "
-                                                    << plan::plan_decode_tile(0, w.n, w.k, budget).explanation);
-    return t;
-  }
-
-  void gemm(const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather, const int32_t* offs,
-            kernels::DecodeEpilogue epi, __nv_bfloat16* y, double tokens_per_expert, int64_t active, cudaStream_t stream) {
-    kernels::DecodeGemmArgs a;
-    a.weights = w.weights.get();
-    a.scales = w.scales.get();
-    a.dequant_scale = w.dequant_scale.get();
-    a.scale_parts = w.scale_parts;
-    a.format = w.format;
-    a.num_experts = w.experts;
-    a.n = w.n;
-    a.k = w.k;
-    a.x = x;
-    a.gather = gather;
-    a.expert_offsets = offs;
-    a.y = y;
-    a.epilogue = epi;
-    if (epi == kernels::DecodeEpilogue::scatter_add) {
-      a.accumulate = accumulate.get();
-      a.permuted_pair = permuted_pair.get();
-      a.topk_weights = topk_weights.get();
-      a.top_k = static_cast<int>(cfg.top_k);
-    }
-    const int tile = tile_for(w, tokens_per_expert, active);
-    kernels::DecodeLaunch launch;
-    launch.tile = tile;
-    launch.stages = plan::plan_decode_tile(tile, w.n, w.k, budget).stages;
-    kernels::launch_decode_grouped_gemm(a, launch, stream);
-  }
-};
 
 MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions& opts) : impl_(new Impl) {
   cfg.validate();
@@ -137,6 +62,19 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
   m.budget.per_sm = v;
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev));
   m.budget.reserved_per_block = v;
+  {
+    cudaDeviceProp prop{};
+    FP4MOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    m.tune_context.gpu = prop.name;
+    m.tune_context.cc = prop.major * 10 + prop.minor;
+    FP4MOE_CUDA_CHECK(cudaDriverGetVersion(&m.tune_context.driver));
+    FP4MOE_CUDA_CHECK(cudaRuntimeGetVersion(&m.tune_context.runtime));
+    m.tune_context.fp4moe_version = kVersion;
+  }
+  if (opts.use_tune_cache) {
+    m.cache = plan::TuneCache::load(plan::TuneCache::default_path(opts.tune_cache), m.tune_context);
+    m.cache_notice = m.cache->notice();
+  }
 
   std::vector<const ExpertWeights*> routed;
   for (const ExpertWeights& e : w.experts) routed.push_back(&e);
@@ -229,9 +167,9 @@ void MoeLayer::forward_from_hidden(cudaStream_t stream, const __nv_bfloat16* hid
   run(stream, hidden, m.logits.get(), tokens, out, nullptr);
 }
 
-std::vector<std::pair<std::string, double>> MoeLayer::profile(cudaStream_t stream, const __nv_bfloat16* hidden,
-                                                              const float* router_logits, int64_t tokens,
-                                                              __nv_bfloat16* out, int reps) {
+std::vector<MoeLayer::StageTime> MoeLayer::profile(cudaStream_t stream, const __nv_bfloat16* hidden,
+                                                   const float* router_logits, int64_t tokens, __nv_bfloat16* out,
+                                                   int reps) {
   FP4MOE_CHECK(reps >= 1, "profile: reps = " << reps << " must be positive");
   for (int i = 0; i < 3; ++i) run(stream, hidden, router_logits, tokens, out, nullptr);
   std::vector<std::string> names;
@@ -251,10 +189,10 @@ std::vector<std::pair<std::string, double>> MoeLayer::profile(cudaStream_t strea
       times[i - 1].push_back(ms);
     }
   }
-  std::vector<std::pair<std::string, double>> out_times;
+  std::vector<StageTime> out_times;
   for (size_t i = 0; i < names.size(); ++i) {
     std::sort(times[i].begin(), times[i].end());
-    out_times.emplace_back(names[i], times[i][times[i].size() / 2]);
+    out_times.push_back({names[i], times[i][times[i].size() / 2], times[i].front(), times[i].back()});
   }
   return out_times;
 }
@@ -272,37 +210,10 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   if (tokens == 0) return;
   const int64_t P = tokens * c.top_k;
 
-  kernels::RouteArgs r;
-  r.logits = router_logits;
-  r.bias = c.use_correction_bias ? m.bias.get() : nullptr;
-  r.tokens = tokens;
-  r.experts = static_cast<int>(c.num_experts);
-  r.top_k = static_cast<int>(c.top_k);
-  r.sigmoid = c.scoring == Scoring::sigmoid;
-  r.renormalize = c.renormalize;
-  r.n_group = static_cast<int>(c.n_group);
-  r.topk_group = static_cast<int>(c.topk_group);
-  r.routed_scaling_factor = c.routed_scaling_factor;
-  r.topk_ids = m.topk_ids.get();
-  r.topk_weights = m.topk_weights.get();
-  r.status = m.status.get();
-  kernels::launch_route(r, stream);
+  m.route(stream, router_logits, tokens);
   mark("route");
-
-  kernels::PermuteArgs pa;
-  pa.topk_ids = m.topk_ids.get();
-  pa.tokens = tokens;
-  pa.experts = static_cast<int>(c.num_experts);
-  pa.top_k = static_cast<int>(c.top_k);
-  pa.expert_offsets = m.offsets.get();
-  pa.permuted_pair = m.permuted_pair.get();
-  pa.permuted_token = m.permuted_token.get();
-  pa.pair_pos = m.pair_pos.get();
-  pa.dense_offsets = m.dense_offsets.get();
-  pa.status = m.status.get();
-  kernels::launch_permute(pa, stream);
+  m.permute(stream, tokens);
   mark("permute");
-
   // Host-side estimates for the tile choice (no device read): pairs per expert, active experts.
   const double per_expert = double(P) / double(c.num_experts);
   const int64_t active = std::min<int64_t>(c.num_experts, P);
@@ -373,11 +284,13 @@ std::string MoeLayer::describe(int64_t tokens) const {
   const int64_t active = std::min<int64_t>(m.cfg.num_experts, P);
   std::ostringstream os;
   auto line = [&](const char* what, const DeviceProjection& w, double tpe, int64_t act) {
-    const int t = m.tile_for(w, tpe, act);
-    const plan::SmemPlan p = plan::plan_decode_tile(t, w.n, w.k, m.budget);
-    os << what << ": N " << w.n << " K " << w.k << ", tile " << p.config << ", " << p.stages << " stages, "
-       << p.smem_bytes << " bytes of shared memory\n";
+    const TileChoice c = m.choose_tile(w, tpe, act);
+    const plan::SmemPlan p = plan::plan_decode_tile(c.tile, w.n, w.k, m.budget);
+    os << what << ": N " << w.n << " K " << w.k << ", tile " << p.config << " ("
+       << (c.tuned ? "tuned, from " + m.cache->path() : std::string("planner default")) << "), " << p.stages
+       << " stages, " << p.smem_bytes << " bytes of shared memory\n";
   };
+  if (!m.cache_notice.empty()) os << m.cache_notice << "\n";
   line("GEMM1 + SwiGLU", m.routed->w13, per_expert, active);
   line(m.finalize == FinalizeMode::split ? "GEMM2 (split finalize)" : "GEMM2 (fused finalize)", m.routed->w2, per_expert, active);
   if (m.shared) {

@@ -1,0 +1,170 @@
+// fp4moe bench: the ceilings of this run, then the layer and each GEMM per token
+// count against the roofline floor and the peers (cuBLAS bf16 inside the binary,
+// torch._grouped_mm through bench/peers.py when PyTorch is present); JSON, CSV,
+// a Markdown table and an SVG chart. Without a GPU: the planner and the CPU reference.
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "fp4moe/device.hpp"
+#include "fp4moe/error.hpp"
+#include "fp4moe/layer.hpp"
+#include "fp4moe/reference.hpp"
+#include "plan/arch.hpp"
+#include "plan/decode_plan.hpp"
+#include "progress.hpp"
+#include "runtime/layer_benchmark.hpp"
+
+#ifndef FP4MOE_SOURCE_DIR
+#define FP4MOE_SOURCE_DIR ""
+#endif
+
+namespace fp4moe::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct BenchOptions {
+  std::string model = "glm5";
+  std::vector<int64_t> tokens = {1, 8, 32, 128, 512, 1024, 2048};
+  std::string out = "bench-out";
+  std::string peers_script;
+  std::string cache;
+  int reps = 30;
+  bool deterministic = false;
+  bool no_peers = false;
+};
+
+void write_file(const fs::path& p, const std::string& text) {
+  const fs::path tmp = p.string() + ".tmp";
+  {
+    std::ofstream f(tmp);
+    FP4MOE_CHECK(f.good(), "bench: cannot write " << tmp.string());
+    f << text;
+    FP4MOE_CHECK(f.good(), "bench: writing " << tmp.string() << " failed");
+  }
+  fs::rename(tmp, p);
+}
+
+std::string find_peers_script(const std::string& given) {
+  std::vector<std::string> candidates;
+  if (!given.empty()) candidates.push_back(given);
+  if (const char* e = std::getenv("FP4MOE_PEERS"); e && *e) candidates.push_back(e);
+  candidates.push_back(std::string(FP4MOE_SOURCE_DIR) + "/bench/peers.py");
+  candidates.push_back("bench/peers.py");
+  for (const auto& c : candidates)
+    if (!c.empty() && fs::exists(c)) return c;
+  FP4MOE_CHECK(given.empty(), "--peers-script " << given << " does not exist");
+  return "";
+}
+
+MoeConfig model_of(const std::string& m) {
+  if (m.size() > 5 && m.substr(m.size() - 5) == ".json") return config_from_hf_json(m);
+  return preset(m);
+}
+
+void bench_without_gpu(const BenchOptions& o, const std::string& why) {
+  const MoeConfig cfg = model_of(o.model);
+  fmt::print("fp4moe bench: no GPU ({}): nothing to time. The planner's choices for {} instead:\n", why, cfg.name);
+  for (const char* arch : {"sm_90", "sm_120"}) {
+    const plan::Arch& a = plan::find_arch(arch);
+    for (auto [what, n, k] : {std::tuple{"GEMM1", 2 * cfg.intermediate, cfg.hidden}, std::tuple{"GEMM2", cfg.hidden, cfg.intermediate}}) {
+      for (int64_t T : {int64_t(1), int64_t(128), int64_t(2048)}) {
+        const double tpe = double(T * cfg.top_k) / double(cfg.num_experts);
+        const int t = plan::rank_decode_tiles(n, k, plan::budget_of(a), tpe, std::min<int64_t>(cfg.num_experts, T * cfg.top_k), 132);
+        if (t < 0) {
+          fmt::print("  {:<7} {} N {} K {} T {:>5}: no decode tile fits\n", arch, what, n, k, T);
+          continue;
+        }
+        const plan::SmemPlan p = plan::plan_decode_tile(t, n, k, a);
+        fmt::print("  {:<7} {} N {:>5} K {:>5} T {:>5}: {} ({} stages, {} of {} bytes)\n", arch, what, n, k, T, p.config,
+                   p.stages, p.smem_bytes, p.capacity);
+      }
+    }
+  }
+  MoeConfig small = cfg;
+  if (cfg.name.find("-small") == std::string::npos) {
+    try {
+      small = preset(cfg.name + "-small");
+    } catch (const Error&) {
+      fmt::print("(no scaled-down form of {}: the CPU reference is skipped)\n", cfg.name);
+      return;
+    }
+  }
+  fmt::print("and the CPU reference on {} (16 tokens):\n", small.name);
+  const MoeWeights w = random_moe_weights(small, Fp4Format::nvfp4, 2);
+  std::vector<float> x(size_t(16 * small.hidden)), logits(size_t(16 * small.num_experts));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 7919 % 23) - 11) / 11.f;
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(int(i * 104729 % 17) - 8) / 4.f;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Routing r = route_reference(small, logits.data(), 16, w.correction_bias);
+  const std::vector<float> out = moe_forward_reference(small, w, x.data(), 16, r);
+  fmt::print("  forward of 16 tokens: {:.1f} ms, output [{}, {}]\n",
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), 16, small.hidden);
+}
+
+void run_bench(const BenchOptions& o) {
+  std::string why;
+  const auto devs = list_devices(&why);
+  if (devs.empty()) return bench_without_gpu(o, why);
+  const MoeConfig cfg = model_of(o.model);
+  fs::create_directories(o.out);
+  fmt::print("fp4moe bench on {} (sm_{}): {}\n", devs[0].name, devs[0].cc, cfg.name);
+  const MoeWeights w = random_moe_weights(cfg, Fp4Format::nvfp4, 2);
+  LayerBenchOptions bo;
+  bo.tokens = o.tokens;
+  bo.reps = o.reps;
+  bo.layer.deterministic = o.deterministic;
+  bo.layer.tune_cache = o.cache;
+  Progress bar("bench");
+  json report = run_layer_benchmark(cfg, w, bo, [&](int d, int n, const std::string& what) { bar.update(d, n, what); });
+  const fs::path json_path = fs::path(o.out) / "bench.json";
+  write_file(json_path, report.dump() + "\n");
+  const std::string script = o.no_peers ? "" : find_peers_script(o.peers_script);
+  if (!script.empty()) {
+    const std::string cmd = "python3 " + script + " --layer-in " + json_path.string() + " --out " + json_path.string();
+    fmt::print("peers: {}\n", cmd);
+    const int rc = std::system(cmd.c_str());
+    if (rc == 0) {
+      std::ifstream f(json_path);
+      report = json::parse(f);
+    } else {
+      fmt::print("peers: bench/peers.py exited with {}; the table has no PyTorch column\n", rc);
+    }
+  } else if (!o.no_peers) {
+    fmt::print("peers: bench/peers.py not found (--peers-script or FP4MOE_PEERS): no PyTorch peer\n");
+  }
+  for (json& c : report["cases"]) c.erase("topk_ids"), c.erase("topk_weights");
+  write_file(json_path, report.dump(1) + "\n");
+  write_file(fs::path(o.out) / "bench.csv", layer_bench_csv(report));
+  write_file(fs::path(o.out) / "bench.svg", layer_bench_svg(report));
+  const std::string table = layer_bench_table(report);
+  write_file(fs::path(o.out) / "bench.md", table);
+  fmt::print("\n{}\nwritten: {}/bench.json, bench.csv, bench.md, bench.svg\n", table, o.out);
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  static BenchOptions o;
+  auto* cmd = app.add_subcommand("bench", "Benchmark the layer and its GEMMs against the ceilings and the peers");
+  cmd->add_option("--model", o.model, "Preset or config.json")->capture_default_str();
+  cmd->add_option("--tokens", o.tokens, "Token counts (comma separated)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--out", o.out, "Output directory (JSON, CSV, Markdown, SVG)")->capture_default_str();
+  cmd->add_option("--reps", o.reps, "Timed repetitions")->check(CLI::Range(3, 100000))->capture_default_str();
+  cmd->add_option("--peers-script", o.peers_script, "bench/peers.py (default: found next to the sources)");
+  cmd->add_option("--cache", o.cache, "Tune cache file");
+  cmd->add_flag("--deterministic", o.deterministic, "Split finalize");
+  cmd->add_flag("--no-peers", o.no_peers, "Skip the PyTorch peer");
+  cmd->callback([] { run_bench(o); });
+}
+
+}  // namespace fp4moe::cli

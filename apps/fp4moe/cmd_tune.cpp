@@ -1,0 +1,70 @@
+// fp4moe tune: measure the best tile per GEMM and token bucket on this GPU and
+// keep it in the tune cache, which every MoeLayer on this GPU then uses.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "commands.hpp"
+#include "fp4moe/device.hpp"
+#include "fp4moe/error.hpp"
+#include "fp4moe/layer.hpp"
+#include "fp4moe/reference.hpp"
+#include "plan/tune_cache.hpp"
+#include "progress.hpp"
+
+namespace fp4moe::cli {
+namespace {
+
+struct TuneOptions {
+  std::string model = "glm5";
+  std::vector<int64_t> tokens = {1, 8, 32, 128, 512, 1024, 2048};
+  std::string cache;
+  std::string format = "nvfp4";
+  bool deterministic = false;
+};
+
+void run_tune(const TuneOptions& o) {
+  std::string why;
+  const auto devs = list_devices(&why);
+  FP4MOE_CHECK(!devs.empty(), "fp4moe tune measures kernels and needs a CUDA GPU; none found (" << why << ")");
+  const MoeConfig cfg = o.model.size() > 5 && o.model.substr(o.model.size() - 5) == ".json" ? config_from_hf_json(o.model)
+                                                                                               : preset(o.model);
+  FP4MOE_CHECK(o.format == "nvfp4" || o.format == "mxfp4", "--format '" << o.format << "' is not one of nvfp4, mxfp4");
+  for (int64_t t : o.tokens) FP4MOE_CHECK(t >= 1, "--tokens " << t << " must be at least 1");
+  fmt::print("fp4moe tune on {} (sm_{}): {}, token counts", devs[0].name, devs[0].cc, cfg.name);
+  for (int64_t t : o.tokens) fmt::print(" {}", t);
+  fmt::print("\n");
+  const MoeWeights w = random_moe_weights(cfg, o.format == "nvfp4" ? Fp4Format::nvfp4 : Fp4Format::mxfp4, 2);
+  LayerOptions lo;
+  lo.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+  lo.tune_cache = o.cache;
+  lo.deterministic = o.deterministic;
+  MoeLayer layer(cfg, w, lo);
+  Progress bar("tune");
+  const auto rows = layer.tune(o.tokens, [&](int d, int n, const std::string& what) { bar.update(d, n, what); });
+  fmt::print("\n{:>7} {:>6} {:<14} {:<26} {:>9} {:<26} {:>9} {:>8}\n", "bucket", "tokens", "GEMM", "default tile", "ms",
+             "tuned tile", "ms", "speedup");
+  for (const auto& r : rows)
+    fmt::print("{:>7} {:>6} {:<14} {:<26} {:>9.4f} {:<26} {:>9.4f} {:>7.2f}x\n", r.bucket, r.tokens, r.gemm,
+               r.default_tile, r.default_ms, r.tuned_tile, r.tuned_ms, r.default_ms / r.tuned_ms);
+  fmt::print("saved to {}\n", plan::TuneCache::default_path(o.cache));
+}
+
+}  // namespace
+
+void register_tune(CLI::App& app) {
+  static TuneOptions o;
+  auto* cmd = app.add_subcommand("tune", "Measure the fastest tile per GEMM and token bucket; keep it in the tune cache");
+  cmd->add_option("--model", o.model, "Preset or config.json")->capture_default_str();
+  cmd->add_option("--tokens", o.tokens, "Token counts (comma separated); each stands for its per-expert bucket")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--cache", o.cache, "Tune cache file (default: $FP4MOE_CACHE, else ~/.cache/fp4moe/tune.json)");
+  cmd->add_option("--format", o.format, "nvfp4 or mxfp4")->capture_default_str();
+  cmd->add_flag("--deterministic", o.deterministic, "Tune the split-finalize layer");
+  cmd->callback([] { run_tune(o); });
+}
+
+}  // namespace fp4moe::cli

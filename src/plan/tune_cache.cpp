@@ -1,0 +1,169 @@
+#include "plan/tune_cache.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "fp4moe/error.hpp"
+
+namespace fp4moe::plan {
+namespace {
+
+using json = nlohmann::json;
+constexpr int kFileVersion = 1;
+
+json context_json(const TuneContext& c) {
+  return {{"gpu", c.gpu}, {"cc", c.cc}, {"driver", c.driver}, {"runtime", c.runtime}, {"fp4moe", c.fp4moe_version}};
+}
+TuneContext context_of(const json& j) {
+  TuneContext c;
+  c.gpu = j.at("gpu").get<std::string>();
+  c.cc = j.at("cc").get<int>();
+  c.driver = j.at("driver").get<int>();
+  c.runtime = j.at("runtime").get<int>();
+  c.fp4moe_version = j.at("fp4moe").get<std::string>();
+  return c;
+}
+
+json read_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f.good()) return json::object();
+  try {
+    json j = json::parse(f);
+    FP4MOE_CHECK(j.is_object() && j.value("format", 0) == kFileVersion && j.contains("sections") && j["sections"].is_array(),
+                 "tune cache " << path << " is not an fp4moe tune cache (format " << kFileVersion << ")");
+    return j;
+  } catch (const json::exception& e) {
+    throw Error("tune cache " + path + " is corrupt: " + e.what());
+  }
+}
+
+TuneKey key_of(const json& e) {
+  return {e.at("family").get<std::string>(), e.at("format").get<std::string>(), e.at("n").get<int64_t>(),
+          e.at("k").get<int64_t>(), e.at("experts").get<int64_t>(), e.at("bucket").get<int64_t>()};
+}
+
+}  // namespace
+
+int64_t token_bucket(double tokens_per_expert) {
+  int64_t b = 1;
+  while (b < 256 && double(b) < tokens_per_expert) b *= 2;
+  if (double(b) >= tokens_per_expert) return b;
+  while (double(b) < tokens_per_expert) b += 256;
+  return b;
+}
+
+std::vector<int64_t> token_buckets_up_to(int64_t max_bucket) {
+  std::vector<int64_t> v;
+  for (int64_t b = 1; b <= max_bucket; b = b < 256 ? b * 2 : b + 256) v.push_back(b);
+  return v;
+}
+
+std::string TuneContext::describe() const {
+  std::ostringstream os;
+  os << gpu << " (sm_" << cc << ", driver " << driver << ", runtime " << runtime << ", fp4moe " << fp4moe_version << ")";
+  return os.str();
+}
+
+std::string TuneKey::str() const {
+  std::ostringstream os;
+  os << family << " " << format << " N " << n << " K " << k << " E " << experts << " bucket " << bucket;
+  return os.str();
+}
+
+std::string TuneCache::default_path(const std::string& explicit_path) {
+  if (!explicit_path.empty()) return explicit_path;
+  if (const char* p = std::getenv("FP4MOE_CACHE"); p && *p) return p;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/fp4moe/tune.json";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/fp4moe/tune.json";
+  return "fp4moe-tune.json";
+}
+
+TuneCache TuneCache::load(const std::string& path, const TuneContext& ctx) {
+  TuneCache c;
+  c.path_ = path;
+  c.ctx_ = ctx;
+  const json file = read_file(path);
+  if (!file.contains("sections")) return c;
+  std::vector<std::string> others;
+  try {
+    for (const json& s : file["sections"]) {
+      const TuneContext sc = context_of(s.at("context"));
+      if (!(sc == ctx)) {
+        others.push_back(sc.describe());
+        continue;
+      }
+      for (const json& e : s.at("entries"))
+        c.entries_[key_of(e)] = {e.at("tile").get<std::string>(), e.at("stages").get<int>(), e.at("ms").get<double>(),
+                                 e.value("default_tile", ""), e.value("default_ms", 0.0)};
+    }
+  } catch (const json::exception& e) {
+    throw Error("tune cache " + path + " is corrupt: " + e.what());
+  }
+  if (c.entries_.empty() && !others.empty()) {
+    std::string list;
+    for (const auto& o : others) list += (list.empty() ? "" : "; ") + o;
+    c.notice_ = "tune cache " + path + " ignored: it was made for " + list + ", this is " + ctx.describe();
+  }
+  return c;
+}
+
+std::optional<TuneEntry> TuneCache::find(const TuneKey& key) const {
+  const auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second;
+}
+
+void TuneCache::put(const TuneKey& key, const TuneEntry& entry) { entries_[key] = entry; }
+
+void TuneCache::save() const {
+  json file = read_file(path_);
+  if (!file.contains("sections")) file = {{"format", kFileVersion}, {"sections", json::array()}};
+  json* mine = nullptr;
+  for (json& s : file["sections"])
+    if (context_of(s.at("context")) == ctx_) mine = &s;
+  if (!mine) {
+    file["sections"].push_back({{"context", context_json(ctx_)}, {"entries", json::array()}});
+    mine = &file["sections"].back();
+  }
+  std::map<TuneKey, json> merged;
+  for (const json& e : (*mine)["entries"]) merged[key_of(e)] = e;
+  for (const auto& [k, v] : entries_)
+    merged[k] = {{"family", k.family}, {"format", k.format},      {"n", k.n},
+                 {"k", k.k},           {"experts", k.experts},    {"bucket", k.bucket},
+                 {"tile", v.tile},     {"stages", v.stages},      {"ms", v.ms},
+                 {"default_tile", v.default_tile}, {"default_ms", v.default_ms}};
+  json entries = json::array();
+  for (auto& [k, v] : merged) entries.push_back(v);
+  (*mine)["entries"] = entries;
+
+  const std::filesystem::path target(path_);
+  if (target.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(target.parent_path(), ec);
+    FP4MOE_CHECK(!ec, "tune cache: cannot create the directory " << target.parent_path().string() << ": " << ec.message());
+  }
+  const std::string tmp = path_ + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    FP4MOE_CHECK(out.good(), "tune cache: cannot write " << tmp);
+    out << file.dump(1) << "\n";
+    out.close();
+    if (!out.good()) {
+      std::remove(tmp.c_str());
+      throw Error("tune cache: writing " + tmp + " failed");
+    }
+  }
+  if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error("tune cache: cannot replace " + path_);
+  }
+}
+
+}  // namespace fp4moe::plan

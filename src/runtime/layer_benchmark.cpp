@@ -1,0 +1,348 @@
+#include "runtime/layer_benchmark.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <fmt/core.h>
+
+#include "fp4moe/device.hpp"
+#include "fp4moe/error.hpp"
+#include "runtime/cublas_check.hpp"
+#include "runtime/cuda_check.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/timing.hpp"
+
+namespace fp4moe {
+namespace {
+
+using json = nlohmann::json;
+
+struct GemmShape {
+  const char* name;
+  int64_t n, k;
+  bool routed;  // routed experts (counts per expert) or the shared expert (every token)
+};
+
+// cuBLAS bf16 on bf16 weights, one GEMM per active expert, captured in a graph.
+class CublasPeer {
+ public:
+  CublasPeer(const MoeConfig& cfg, int64_t max_pairs, cudaStream_t s) : stream_(s) {
+    FP4MOE_CUBLAS_CHECK(cublasCreate(&h_));
+    FP4MOE_CUBLAS_CHECK(cublasSetStream(h_, s));
+    ws_.resize(size_t(32) << 20);
+    FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(h_, ws_.get(), ws_.bytes()));
+    const int64_t E = cfg.num_experts, H = cfg.hidden, I = cfg.intermediate;
+    w1_.resize(size_t(E * 2 * I * H));
+    w2_.resize(size_t(E * H * I));
+    x_.resize(size_t(max_pairs * std::max(H, I)));
+    y_.resize(size_t(max_pairs * std::max(2 * I, H)));
+    fill_random_bf16(w1_.get(), int64_t(w1_.size()), 31, 0.02f, s);
+    fill_random_bf16(w2_.get(), int64_t(w2_.size()), 32, 0.02f, s);
+    fill_random_bf16(x_.get(), int64_t(x_.size()), 33, 1.f, s);
+  }
+  ~CublasPeer() { cublasDestroy(h_); }
+
+  TimingStats time(bool first_gemm, int64_t n, int64_t k, const std::vector<int32_t>& counts, int reps) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    const float alpha = 1.f, beta = 0.f;
+    const __nv_bfloat16* w = first_gemm ? w1_.get() : w2_.get();
+    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    int64_t row = 0;
+    for (size_t e = 0; e < counts.size(); ++e) {
+      if (!counts[e]) continue;
+      FP4MOE_CUBLAS_CHECK(cublasGemmEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), counts[e], int(k), &alpha,
+                                       w + int64_t(e) * n * k, CUDA_R_16BF, int(k), x_.get() + row * k, CUDA_R_16BF,
+                                       int(k), &beta, y_.get() + row * n, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+      row += counts[e];
+    }
+    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    const TimingStats t = time_on_stream([&] { FP4MOE_CUDA_CHECK(cudaGraphLaunch(ge, stream_)); }, stream_, 3, reps);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    return t;
+  }
+
+ private:
+  cudaStream_t stream_;
+  cublasHandle_t h_ = nullptr;
+  DeviceBuffer<uint8_t> ws_;
+  DeviceBuffer<__nv_bfloat16> w1_, w2_, x_, y_;
+};
+
+json timing_json(double median, double mn, double mx) { return {{"median_ms", median}, {"min_ms", mn}, {"max_ms", mx}}; }
+
+}  // namespace
+
+json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const LayerBenchOptions& o,
+                         const std::function<void(int, int, const std::string&)>& progress) {
+  FP4MOE_CHECK(!o.tokens.empty(), "bench: no token counts");
+  for (int64_t t : o.tokens) FP4MOE_CHECK(t >= 1, "bench: --tokens " << t << " must be at least 1");
+  std::string why;
+  const auto devs = list_devices(&why);
+  FP4MOE_CHECK(!devs.empty(), "bench: no CUDA device (" << why << ")");
+  const int total = int(o.tokens.size()) + 1;
+  int done = 0;
+  if (progress) progress(done, total, "ceilings");
+  const Ceilings ceil = measure_ceilings();
+  if (progress) progress(++done, total, "ceilings");
+
+  LayerOptions lo = o.layer;
+  lo.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+  MoeLayer layer(cfg, weights, lo);
+  cudaStream_t s;
+  FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
+  DeviceBuffer<__nv_bfloat16> x(size_t(lo.max_tokens * cfg.hidden)), out(size_t(lo.max_tokens * cfg.hidden));
+  fill_random_bf16(x.get(), int64_t(x.size()), 5, 1.f, s);
+  std::unique_ptr<CublasPeer> peer;
+  std::string peer_note;
+  if (o.cublas_peer) {
+    try {
+      peer = std::make_unique<CublasPeer>(cfg, lo.max_tokens * cfg.top_k, s);
+    } catch (const Error& e) {
+      peer_note = std::string("cuBLAS peer skipped: ") + e.what();
+    }
+  }
+
+  const double fp4_bytes_per_elem = 0.5 + 1.0 / 16;
+  const int64_t H = cfg.hidden, I = cfg.intermediate, Is = cfg.shared_expert ? cfg.shared_intermediate : 0;
+  std::vector<GemmShape> shapes = {{"gemm1", 2 * I, H, true}, {"gemm2", H, I, true}};
+  json cases = json::array();
+  for (int64_t T : o.tokens) {
+    std::mt19937_64 rng(100 + uint64_t(T));
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> logits(size_t(T * cfg.num_experts));
+    for (float& v : logits) v = nd(rng);
+    DeviceBuffer<float> dl(logits);
+    auto fwd = [&] { layer.forward(s, x.get(), dl.get(), T, out.get()); };
+    fwd();
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    fwd();
+    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    const TimingStats lt = time_on_stream([&] { FP4MOE_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, s, 5, o.reps);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    const auto stages = layer.profile(s, x.get(), dl.get(), T, out.get(), o.reps);
+    layer.check_status(s);
+
+    std::vector<int32_t> ids(size_t(T * cfg.top_k));
+    std::vector<float> wts(ids.size());
+    FP4MOE_CUDA_CHECK(cudaMemcpy(ids.data(), layer.topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(wts.data(), layer.topk_weights(), wts.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<int32_t> counts(size_t(cfg.num_experts), 0);
+    for (int32_t e : ids) ++counts[size_t(e)];
+    const int64_t active = std::count_if(counts.begin(), counts.end(), [](int32_t c) { return c > 0; });
+    const int64_t P = T * cfg.top_k;
+
+    json gemms = json::array();
+    double layer_bytes = 2.0 * 2.0 * double(T * H), layer_flops = 0;
+    auto roof = [&](double bytes, double flops) {
+      return std::max(bytes / (ceil.copy_tb_per_s * 1e12), flops / (ceil.bf16_tflop_per_s * 1e12)) * 1e3;
+    };
+    for (const GemmShape& sh : shapes) {
+      const double wbytes = double(active) * double(sh.n * sh.k) * fp4_bytes_per_elem;
+      const double in_rows = sh.n == 2 * I ? double(T) : double(P), out_cols = sh.n == 2 * I ? double(I) : double(H);
+      const double bytes = wbytes + in_rows * double(sh.k) * 2 + double(P) * out_cols * 2;
+      const double flops = 2.0 * double(P) * double(sh.n * sh.k);
+      layer_bytes += wbytes;
+      layer_flops += flops;
+      const auto st = std::find_if(stages.begin(), stages.end(), [&](const auto& x2) { return x2.stage == sh.name; });
+      json gj = {{"name", sh.name}, {"n", sh.n}, {"k", sh.k}, {"rows", P}, {"bytes", bytes}, {"flops", flops},
+                 {"floor_ms", roof(bytes, flops)}, {"counts", counts}};
+      if (st != stages.end()) {
+        gj["time"] = timing_json(st->median_ms, st->min_ms, st->max_ms);
+        gj["tb_per_s"] = bytes / (st->median_ms * 1e-3) / 1e12;
+        gj["tflop_per_s"] = flops / (st->median_ms * 1e-3) / 1e12;
+        gj["floor_fraction"] = roof(bytes, flops) / st->median_ms;
+      }
+      if (peer) {
+        const TimingStats pt = peer->time(sh.n == 2 * I, sh.n, sh.k, counts, std::max(5, o.reps / 3));
+        gj["cublas_bf16_ms"] = pt.median_ms;
+        if (st != stages.end()) gj["speedup_vs_cublas"] = pt.median_ms / st->median_ms;
+      }
+      gemms.push_back(gj);
+    }
+    if (Is) {
+      const double b = 3.0 * double(H * Is) * fp4_bytes_per_elem;
+      layer_bytes += b;
+      layer_flops += 2.0 * double(T) * 3.0 * double(H * Is);
+    }
+    json stj = json::object();
+    double gemm_ms = 0, total_ms = 0;
+    for (const auto& st : stages) {
+      stj[st.stage] = timing_json(st.median_ms, st.min_ms, st.max_ms);
+      total_ms += st.median_ms;
+      if (st.stage == "gemm1" || st.stage == "gemm2" || st.stage == "shared") gemm_ms += st.median_ms;
+    }
+    const double floor_ms = roof(layer_bytes, layer_flops);
+    cases.push_back({{"tokens", T},
+                     {"tokens_per_expert", double(P) / double(cfg.num_experts)},
+                     {"active_experts", active},
+                     {"layer", {{"time", timing_json(lt.median_ms, lt.min_ms, lt.max_ms)},
+                                {"bytes", layer_bytes},
+                                {"flops", layer_flops},
+                                {"floor_ms", floor_ms},
+                                {"floor_fraction", floor_ms / lt.median_ms},
+                                {"tb_per_s", layer_bytes / (lt.median_ms * 1e-3) / 1e12},
+                                {"tflop_per_s", layer_flops / (lt.median_ms * 1e-3) / 1e12},
+                                {"non_gemm_fraction", total_ms > 0 ? 1.0 - gemm_ms / total_ms : 0.0}}},
+                     {"gemms", gemms},
+                     {"stages", stj},
+                     {"plan", layer.describe(T)},
+                     {"topk_ids", ids},
+                     {"topk_weights", wts}});
+    if (progress) progress(++done, total, "T=" + std::to_string(T));
+  }
+  FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
+  return {{"device", devs[0].name},
+          {"cc", devs[0].cc},
+          {"driver", devs[0].driver_version},
+          {"runtime", devs[0].runtime_version},
+          {"fp4moe", kVersion},
+          {"model", cfg.name},
+          {"hidden", H},
+          {"intermediate", I},
+          {"experts", cfg.num_experts},
+          {"top_k", cfg.top_k},
+          {"shared_intermediate", Is},
+          {"finalize", layer.finalize_mode() == FinalizeMode::split ? "split" : "fused"},
+          {"ceilings", {{"copy_tb_per_s", ceil.copy_tb_per_s}, {"bf16_tflop_per_s", ceil.bf16_tflop_per_s}}},
+          {"notes", peer_note},
+          {"cases", cases}};
+}
+
+std::string layer_bench_csv(const json& r) {
+  std::ostringstream os;
+  os << "tokens,tokens_per_expert,kernel,median_ms,min_ms,max_ms,bytes,flops,tb_per_s,tflop_per_s,floor_fraction,"
+        "cublas_bf16_ms,torch_ms\n";
+  for (const json& c : r.at("cases")) {
+    const json& l = c.at("layer");
+    os << c["tokens"] << "," << c["tokens_per_expert"] << ",layer," << l["time"]["median_ms"] << ","
+       << l["time"]["min_ms"] << "," << l["time"]["max_ms"] << "," << l["bytes"] << "," << l["flops"] << ","
+       << l["tb_per_s"] << "," << l["tflop_per_s"] << "," << l["floor_fraction"] << ",,"
+       << (l.contains("torch_ms") ? l["torch_ms"].dump() : "") << "\n";
+    for (const json& g : c.at("gemms")) {
+      if (!g.contains("time")) continue;
+      os << c["tokens"] << "," << c["tokens_per_expert"] << "," << g["name"].get<std::string>() << ","
+         << g["time"]["median_ms"] << "," << g["time"]["min_ms"] << "," << g["time"]["max_ms"] << "," << g["bytes"]
+         << "," << g["flops"] << "," << g["tb_per_s"] << "," << g["tflop_per_s"] << "," << g["floor_fraction"] << ","
+         << (g.contains("cublas_bf16_ms") ? g["cublas_bf16_ms"].dump() : "") << ","
+         << (g.contains("torch_ms") ? g["torch_ms"].dump() : "") << "\n";
+    }
+  }
+  return os.str();
+}
+
+std::string layer_bench_table(const json& r) {
+  std::ostringstream os;
+  const json& ce = r.at("ceilings");
+  os << fmt::format("GPU: {}; model {} ({} finalize); ceilings this run: copy {:.2f} TB/s, cuBLAS bf16 {:.0f} TFLOP/s\n\n",
+                    r["device"].get<std::string>(), r["model"].get<std::string>(), r["finalize"].get<std::string>(),
+                    ce["copy_tb_per_s"].get<double>(), ce["bf16_tflop_per_s"].get<double>());
+  os << "| T | tokens/expert | layer ms | % of floor | GEMM1 ms (% floor, vs cuBLAS, vs torch) | GEMM2 ms (% floor, vs cuBLAS, vs torch) | non-GEMM share | vs PyTorch layer |\n";
+  os << "|---|---|---|---|---|---|---|---|\n";
+  auto vs = [](const json& g, const char* key) {
+    return g.contains(key) ? fmt::format("{:.2f}x", g[key].get<double>()) : std::string("n/a");
+  };
+  for (const json& c : r.at("cases")) {
+    const json& l = c.at("layer");
+    os << fmt::format("| {} | {:.2f} | {:.4f} | {:.0f}% |", c["tokens"].get<int64_t>(), c["tokens_per_expert"].get<double>(),
+                      l["time"]["median_ms"].get<double>(), 100 * l["floor_fraction"].get<double>());
+    for (const json& g : c.at("gemms")) {
+      if (!g.contains("time")) {
+        os << " n/a |";
+        continue;
+      }
+      os << fmt::format(" {:.4f} ({:.0f}%, {}, {}) |", g["time"]["median_ms"].get<double>(),
+                        100 * g["floor_fraction"].get<double>(), vs(g, "speedup_vs_cublas"), vs(g, "speedup_vs_torch"));
+    }
+    os << fmt::format(" {:.1f}% | {} |\n", 100 * l["non_gemm_fraction"].get<double>(), vs(l, "speedup_vs_torch"));
+  }
+  return os.str();
+}
+
+std::string layer_bench_svg(const json& r) {
+  // Two panels against tokens per expert (log2 axis): fraction of the floor
+  // (layer, GEMM1, GEMM2) and speedup over the peers (cuBLAS, torch).
+  struct Series {
+    std::string label, color;
+    std::vector<std::pair<double, double>> pts;
+  };
+  std::vector<Series> left = {{"layer", "#1f77b4", {}}, {"GEMM1", "#ff7f0e", {}}, {"GEMM2", "#2ca02c", {}}};
+  std::vector<Series> right = {{"layer vs PyTorch bf16", "#1f77b4", {}}, {"GEMM1 vs cuBLAS bf16", "#ff7f0e", {}},
+                               {"GEMM2 vs cuBLAS bf16", "#2ca02c", {}}, {"GEMM1 vs torch._grouped_mm", "#d62728", {}},
+                               {"GEMM2 vs torch._grouped_mm", "#9467bd", {}}};
+  double xmin = 1e30, xmax = -1e30, ymax_r = 1.0;
+  for (const json& c : r.at("cases")) {
+    const double x = std::log2(std::max(1e-3, c["tokens_per_expert"].get<double>()));
+    xmin = std::min(xmin, x), xmax = std::max(xmax, x);
+    const json& l = c["layer"];
+    left[0].pts.emplace_back(x, l["floor_fraction"].get<double>());
+    if (l.contains("speedup_vs_torch")) right[0].pts.emplace_back(x, l["speedup_vs_torch"].get<double>());
+    for (size_t gi = 0; gi < c["gemms"].size() && gi < 2; ++gi) {
+      const json& g = c["gemms"][gi];
+      if (g.contains("floor_fraction")) left[1 + gi].pts.emplace_back(x, g["floor_fraction"].get<double>());
+      if (g.contains("speedup_vs_cublas")) right[1 + gi].pts.emplace_back(x, g["speedup_vs_cublas"].get<double>());
+      if (g.contains("speedup_vs_torch")) right[3 + gi].pts.emplace_back(x, g["speedup_vs_torch"].get<double>());
+    }
+  }
+  for (const auto& s : right)
+    for (const auto& p : s.pts) ymax_r = std::max(ymax_r, p.second);
+  ymax_r = std::ceil(ymax_r);
+  if (xmax <= xmin) xmax = xmin + 1;
+  const int W = 460, Hh = 300, ml = 50, mt = 40, pw = 380, ph = 200;
+  std::ostringstream os;
+  os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << 2 * W << "' height='" << Hh + 90
+     << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n";
+  os << "<text x='10' y='18' font-size='13'>fp4moe " << r["model"].get<std::string>() << " on "
+     << r["device"].get<std::string>() << " (copy " << fmt::format("{:.2f}", r["ceilings"]["copy_tb_per_s"].get<double>())
+     << " TB/s, cuBLAS bf16 " << fmt::format("{:.0f}", r["ceilings"]["bf16_tflop_per_s"].get<double>())
+     << " TFLOP/s this run)</text>\n";
+  auto panel = [&](int x0, const char* title, const std::vector<Series>& series, double ymax, bool ref_line_at_one) {
+    auto px = [&](double x) { return x0 + ml + (x - xmin) / (xmax - xmin) * pw; };
+    auto py = [&](double y) { return mt + ph - y / ymax * ph; };
+    os << "<text x='" << x0 + ml << "' y='" << mt - 8 << "'>" << title << "</text>\n";
+    os << "<rect x='" << x0 + ml << "' y='" << mt << "' width='" << pw << "' height='" << ph
+       << "' fill='none' stroke='#888'/>\n";
+    for (int i = 0; i <= 4; ++i) {
+      const double y = ymax * i / 4;
+      os << "<text x='" << x0 + ml - 6 << "' y='" << py(y) + 4 << "' text-anchor='end'>" << fmt::format("{:.2g}", y)
+         << "</text><line x1='" << x0 + ml << "' x2='" << x0 + ml + pw << "' y1='" << py(y) << "' y2='" << py(y)
+         << "' stroke='#eee'/>\n";
+    }
+    if (ref_line_at_one)
+      os << "<line x1='" << x0 + ml << "' x2='" << x0 + ml + pw << "' y1='" << py(1) << "' y2='" << py(1)
+         << "' stroke='#444' stroke-dasharray='4 3'/>\n";
+    for (int e = int(std::floor(xmin)); e <= int(std::ceil(xmax)); ++e)
+      os << "<text x='" << px(e) << "' y='" << mt + ph + 14 << "' text-anchor='middle'>"
+         << fmt::format("{:g}", std::exp2(double(e))) << "</text>\n";
+    os << "<text x='" << x0 + ml + pw / 2 << "' y='" << mt + ph + 30 << "' text-anchor='middle'>tokens per expert</text>\n";
+    int li = 0;
+    for (const Series& s : series) {
+      if (s.pts.empty()) continue;
+      os << "<polyline fill='none' stroke='" << s.color << "' stroke-width='2' points='";
+      for (const auto& p : s.pts) os << px(p.first) << "," << py(std::min(p.second, ymax)) << " ";
+      os << "'/>\n";
+      for (const auto& p : s.pts)
+        os << "<circle cx='" << px(p.first) << "' cy='" << py(std::min(p.second, ymax)) << "' r='3' fill='" << s.color << "'/>\n";
+      os << "<rect x='" << x0 + ml + 8 + (li % 2) * 190 << "' y='" << mt + ph + 40 + (li / 2) * 14
+         << "' width='10' height='3' fill='" << s.color << "'/><text x='" << x0 + ml + 22 + (li % 2) * 190 << "' y='"
+         << mt + ph + 45 + (li / 2) * 14 << "'>" << s.label << "</text>\n";
+      ++li;
+    }
+  };
+  panel(0, "fraction of the roofline floor (1 = at the floor)", left, 1.0, false);
+  panel(W, "speedup over the peers (x, dashed = 1)", right, ymax_r, true);
+  os << "</svg>\n";
+  return os.str();
+}
+
+}  // namespace fp4moe

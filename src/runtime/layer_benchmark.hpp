@@ -1,0 +1,36 @@
+// The layer benchmark behind `fp4moe bench` (DESIGN.md section 7): ceilings of
+// this run, then per token count the layer and each GEMM (median, min, max),
+// bytes, FLOPs and the roofline floor, and the cuBLAS bf16 per-expert peer on
+// the same routing. The PyTorch peers are added by bench/peers.py.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fp4moe/layer.hpp"
+#include "runtime/ceilings.hpp"
+
+namespace fp4moe {
+
+struct LayerBenchOptions {
+  std::vector<int64_t> tokens = {1, 8, 32, 128, 512, 1024, 2048};
+  int reps = 30;
+  bool cublas_peer = true;
+  LayerOptions layer;
+};
+
+// Runs the benchmark on the current device; returns the report as JSON
+// (schema: docs/benchmarks.md). progress(done, total, what) is called per step.
+nlohmann::json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const LayerBenchOptions& opts,
+                                   const std::function<void(int, int, const std::string&)>& progress = {});
+
+// CSV (one row per token count and kernel) and an SVG chart (fraction of the
+// roofline floor, and speedup over the peers, against tokens per expert).
+std::string layer_bench_csv(const nlohmann::json& report);
+std::string layer_bench_svg(const nlohmann::json& report);
+std::string layer_bench_table(const nlohmann::json& report);
+
+}  // namespace fp4moe

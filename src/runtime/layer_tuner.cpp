@@ -1,0 +1,106 @@
+// MoeLayer::tune: measured tile choice per GEMM and token bucket, kept in the
+// tune cache (src/plan/tune_cache.hpp).
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "fp4moe/error.hpp"
+#include "runtime/ceilings.hpp"
+#include "runtime/cuda_check.hpp"
+#include "runtime/moe_layer_impl.hpp"
+#include "runtime/timing.hpp"
+
+namespace fp4moe {
+
+std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens,
+                                              const std::function<void(int, int, const std::string&)>& progress) {
+  Impl& m = *impl_;
+  const MoeConfig& c = m.cfg;
+  FP4MOE_CHECK(m.cache, "tune: the layer was built with use_tune_cache = false");
+  FP4MOE_CHECK(!tokens.empty(), "tune: no token counts given");
+  // One representative token count per bucket of the routed experts.
+  std::vector<std::pair<int64_t, int64_t>> jobs;  // (tokens, routed bucket)
+  std::set<int64_t> seen;
+  for (int64_t T : tokens) {
+    FP4MOE_CHECK(T >= 1 && T <= m.opts.max_tokens, "tune: tokens = " << T << " is outside 1..max_tokens = " << m.opts.max_tokens);
+    const int64_t b = plan::token_bucket(double(T * c.top_k) / double(c.num_experts));
+    if (seen.insert(b).second) jobs.emplace_back(T, b);
+  }
+
+  struct GemmSpec {
+    const char* name;
+    const DeviceProjection* w;
+    bool dense;  // the shared expert: every token, one "expert"
+  };
+  std::vector<GemmSpec> gemms = {{"gemm1", &m.routed->w13, false}, {"gemm2", &m.routed->w2, false}};
+  if (m.shared) gemms.insert(gemms.end(), {{"shared gemm1", &m.shared->w13, true}, {"shared gemm2", &m.shared->w2, true}});
+
+  int total = 0, done = 0;
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for (const GemmSpec& g : gemms)
+      for (int t = 0; t < plan::kNumDecodeTiles; ++t) total += plan::plan_decode_tile(t, g.w->n, g.w->k, m.budget).fits;
+
+  cudaStream_t s;
+  FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
+  DeviceBuffer<__nv_bfloat16> x(size_t(m.opts.max_tokens * c.hidden));
+  fill_random_bf16(x.get(), int64_t(x.size()), 17, 1.f, s);
+  std::vector<TuneRow> rows;
+  for (const auto& [T, bucket] : jobs) {
+    // Realistic routing: the model's own router on random logits.
+    std::mt19937_64 rng(1000 + uint64_t(T));
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> host_logits(size_t(T * c.num_experts));
+    for (float& v : host_logits) v = nd(rng);
+    DeviceBuffer<float> logits(host_logits);
+    m.route(s, logits.get(), T);
+    m.permute(s, T);
+    const double routed_tpe = double(T * c.top_k) / double(c.num_experts);
+    const int64_t active = std::min<int64_t>(c.num_experts, T * c.top_k);
+    for (const GemmSpec& g : gemms) {
+      const double tpe = g.dense ? double(T) : routed_tpe;
+      const int64_t act = g.dense ? 1 : active;
+      const int32_t* offs = g.dense ? m.dense_offsets.get() : m.offsets.get();
+      const bool first = std::string(g.name).find("gemm1") != std::string::npos;
+      using kernels::DecodeEpilogue;
+      const DecodeEpilogue epi = first ? DecodeEpilogue::swiglu
+                                 : (!g.dense && m.finalize != FinalizeMode::split) ? DecodeEpilogue::scatter_add
+                                                                                   : DecodeEpilogue::store;
+      __nv_bfloat16* y = first ? (g.dense ? m.shared_a2.get() : m.a2.get())
+                               : (g.dense ? m.shared_y.get() : (m.y2.size() ? m.y2.get() : nullptr));
+      const __nv_bfloat16* in = first ? x.get() : (g.dense ? m.shared_a2.get() : m.a2.get());
+      const int32_t* gather = first && !g.dense ? m.permuted_token.get() : nullptr;
+      const kernels::DecodeGemmArgs args = m.gemm_args(*g.w, in, gather, offs, epi, y);
+
+      const int def = plan::rank_decode_tiles(g.w->n, g.w->k, m.budget, tpe, act, m.sm_count);
+      TuneRow row;
+      row.gemm = g.name;
+      row.tokens = T;
+      row.bucket = plan::token_bucket(tpe);
+      row.default_tile = plan::decode_tile_name(def);
+      int best = -1, best_stages = 0;
+      for (int t = 0; t < plan::kNumDecodeTiles; ++t) {
+        const plan::SmemPlan p = plan::plan_decode_tile(t, g.w->n, g.w->k, m.budget);
+        if (!p.fits) continue;
+        TimingStats ts;
+        try {
+          ts = time_on_stream([&] { kernels::launch_decode_grouped_gemm(args, {t, p.stages, 0, 0}, s); }, s, 3, 15);
+        } catch (const Error& e) {
+          throw Error("tune: " + std::string(g.name) + " tile " + p.config + " failed although the planner accepted it (" +
+                      p.explanation + "): " + e.what() + ". This is a bug; please report it.");
+        }
+        if (t == def) row.default_ms = ts.median_ms;
+        if (best < 0 || ts.median_ms < row.tuned_ms) best = t, best_stages = p.stages, row.tuned_ms = ts.median_ms;
+        if (progress) progress(++done, total, std::string(g.name) + " T=" + std::to_string(T) + " " + p.config);
+      }
+      row.tuned_tile = plan::decode_tile_name(best);
+      m.cache->put(m.tune_key(*g.w, tpe), {row.tuned_tile, best_stages, row.tuned_ms, row.default_tile, row.default_ms});
+      rows.push_back(row);
+    }
+  }
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+  FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
+  m.cache->save();
+  return rows;
+}
+
+}  // namespace fp4moe

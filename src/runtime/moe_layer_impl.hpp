@@ -1,0 +1,162 @@
+// MoeLayer's state, shared by the layer (moe_layer.cpp) and its tuner
+// (layer_tuner.cpp). Private to the library.
+#pragma once
+#include <cublas_v2.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "format/prepare_decode.hpp"
+#include "fp4moe/layer.hpp"
+#include "kernels/decode_grouped_gemm.hpp"
+#include "kernels/routing_kernels.hpp"
+#include "plan/decode_plan.hpp"
+#include "plan/tune_cache.hpp"
+#include "runtime/device_buffer.hpp"
+
+namespace fp4moe {
+
+struct DeviceProjection {  // one prepared projection of all experts
+  DeviceBuffer<uint8_t> weights, scales;
+  DeviceBuffer<float> dequant_scale;
+  int scale_parts = 1;
+  int64_t n = 0, k = 0, experts = 0;
+  Fp4Format format = Fp4Format::nvfp4;
+
+  explicit DeviceProjection(const PreparedExpertWeights& p)
+      : weights(p.weights), scales(p.scales), dequant_scale(p.dequant_scale), scale_parts(p.scale_parts), n(p.n),
+        k(p.k), experts(p.experts), format(p.format) {}
+  int64_t bytes() const { return int64_t(weights.bytes() + scales.bytes() + dequant_scale.bytes()); }
+};
+
+struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of experts
+  DeviceProjection w13, w2;
+};
+
+// Which tile a GEMM runs and why.
+struct TileChoice {
+  int tile = -1;
+  int stages = 0;
+  bool tuned = false;  // from the tune cache; otherwise the planner's ranking
+};
+
+struct MoeLayer::Impl {
+  MoeConfig cfg;
+  LayerOptions opts;
+  FinalizeMode finalize = FinalizeMode::split;
+  plan::SmemBudget budget;
+  int sm_count = 0;
+  plan::TuneContext tune_context;
+  std::optional<plan::TuneCache> cache;
+  std::string cache_notice;
+  std::unique_ptr<ExpertPair> routed, shared;
+  DeviceBuffer<float> bias;
+  // workspace
+  DeviceBuffer<int32_t> topk_ids, offsets, permuted_pair, permuted_token, pair_pos, dense_offsets, status;
+  DeviceBuffer<float> topk_weights, accumulate;
+  DeviceBuffer<__nv_bfloat16> a2, y2, shared_a2, shared_y;
+  // optional router: logits = hidden . router_weight^T on the device
+  DeviceBuffer<__nv_bfloat16> router_weight;
+  DeviceBuffer<float> logits;
+  DeviceBuffer<uint8_t> blas_workspace;
+  cublasHandle_t blas = nullptr;
+  ~Impl() {
+    if (blas) cublasDestroy(blas);
+  }
+
+  int64_t max_pairs() const { return opts.max_tokens * cfg.top_k; }
+
+  plan::TuneKey tune_key(const DeviceProjection& w, double tokens_per_expert) const {
+    return {"decode", to_string(w.format), w.n, w.k, w.experts, plan::token_bucket(tokens_per_expert)};
+  }
+
+  // The tuned tile for this GEMM and bucket when the cache has one that the
+  // planner still accepts here; otherwise the planner's ranking.
+  TileChoice choose_tile(const DeviceProjection& w, double tokens_per_expert, int64_t active) const {
+    TileChoice c;
+    if (cache) {
+      if (const auto e = cache->find(tune_key(w, tokens_per_expert))) {
+        for (int i = 0; i < plan::kNumDecodeTiles; ++i) {
+          if (plan::decode_tile_name(i) != e->tile) continue;
+          const plan::SmemPlan p = plan::plan_decode_tile(i, w.n, w.k, budget);
+          if (p.fits) return {i, p.stages, true};
+        }
+      }
+    }
+    c.tile = plan::rank_decode_tiles(w.n, w.k, budget, tokens_per_expert, active, sm_count);
+    FP4MOE_CHECK(c.tile >= 0, "no decode tile fits N = " << w.n << ", K = " << w.k << " on this GPU: "
+                                                         << plan::plan_decode_tile(0, w.n, w.k, budget).explanation);
+    c.stages = plan::plan_decode_tile(c.tile, w.n, w.k, budget).stages;
+    return c;
+  }
+
+  kernels::DecodeGemmArgs gemm_args(const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather,
+                                    const int32_t* offs, kernels::DecodeEpilogue epi, __nv_bfloat16* y) {
+    kernels::DecodeGemmArgs a;
+    a.weights = w.weights.get();
+    a.scales = w.scales.get();
+    a.dequant_scale = w.dequant_scale.get();
+    a.scale_parts = w.scale_parts;
+    a.format = w.format;
+    a.num_experts = w.experts;
+    a.n = w.n;
+    a.k = w.k;
+    a.x = x;
+    a.gather = gather;
+    a.expert_offsets = offs;
+    a.y = y;
+    a.epilogue = epi;
+    if (epi == kernels::DecodeEpilogue::scatter_add) {
+      a.accumulate = accumulate.get();
+      a.permuted_pair = permuted_pair.get();
+      a.topk_weights = topk_weights.get();
+      a.top_k = static_cast<int>(cfg.top_k);
+    }
+    return a;
+  }
+
+  void route(cudaStream_t stream, const float* router_logits, int64_t tokens) {
+    const MoeConfig& c = cfg;
+    kernels::RouteArgs r;
+    r.logits = router_logits;
+    r.bias = c.use_correction_bias ? bias.get() : nullptr;
+    r.tokens = tokens;
+    r.experts = static_cast<int>(c.num_experts);
+    r.top_k = static_cast<int>(c.top_k);
+    r.sigmoid = c.scoring == Scoring::sigmoid;
+    r.renormalize = c.renormalize;
+    r.n_group = static_cast<int>(c.n_group);
+    r.topk_group = static_cast<int>(c.topk_group);
+    r.routed_scaling_factor = c.routed_scaling_factor;
+    r.topk_ids = topk_ids.get();
+    r.topk_weights = topk_weights.get();
+    r.status = status.get();
+    kernels::launch_route(r, stream);
+  }
+
+  void permute(cudaStream_t stream, int64_t tokens) {
+    const MoeConfig& c = cfg;
+    kernels::PermuteArgs pa;
+    pa.topk_ids = topk_ids.get();
+    pa.tokens = tokens;
+    pa.experts = static_cast<int>(c.num_experts);
+    pa.top_k = static_cast<int>(c.top_k);
+    pa.expert_offsets = offsets.get();
+    pa.permuted_pair = permuted_pair.get();
+    pa.permuted_token = permuted_token.get();
+    pa.pair_pos = pair_pos.get();
+    pa.dense_offsets = dense_offsets.get();
+    pa.status = status.get();
+    kernels::launch_permute(pa, stream);
+
+  }
+
+  void gemm(const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather, const int32_t* offs,
+            kernels::DecodeEpilogue epi, __nv_bfloat16* y, double tokens_per_expert, int64_t active, cudaStream_t stream) {
+    const TileChoice c = choose_tile(w, tokens_per_expert, active);
+    kernels::launch_decode_grouped_gemm(gemm_args(w, x, gather, offs, epi, y), {c.tile, c.stages, 0, 0}, stream);
+  }
+};
+
+}  // namespace fp4moe

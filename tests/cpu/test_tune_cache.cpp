@@ -1,0 +1,95 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "fp4moe/error.hpp"
+#include "plan/tune_cache.hpp"
+
+namespace fp4moe::plan {
+namespace {
+
+std::string temp_path(const char* name) {
+  return (std::filesystem::temp_directory_path() / (std::string(name) + "-" + std::to_string(::getpid()) + ".json")).string();
+}
+
+TuneContext h200() { return {"NVIDIA H200", 90, 13000, 13000, "0.1.0"}; }
+
+TEST(TuneCache, BucketsArePowersOfTwoThenStepsOf256) {
+  EXPECT_EQ(token_bucket(0.03), 1);
+  EXPECT_EQ(token_bucket(1.0), 1);
+  EXPECT_EQ(token_bucket(3.0), 4);
+  EXPECT_EQ(token_bucket(64.0), 64);
+  EXPECT_EQ(token_bucket(200.0), 256);
+  EXPECT_EQ(token_bucket(257.0), 512);
+  EXPECT_EQ(token_bucket(700.0), 768);
+  const auto b = token_buckets_up_to(1024);
+  const std::vector<int64_t> want = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 768, 1024};
+  EXPECT_EQ(b, want);
+}
+
+TEST(TuneCache, SaveLoadMergeAndOtherGpusAreIgnoredWithAReason) {
+  const std::string path = temp_path("fp4moe-tune");
+  std::filesystem::remove(path);
+  const TuneKey k1{"decode", "nvfp4", 4096, 6144, 256, 4}, k2{"decode", "nvfp4", 6144, 2048, 256, 4};
+  {
+    TuneCache c = TuneCache::load(path, h200());
+    EXPECT_EQ(c.size(), 0u);
+    EXPECT_TRUE(c.notice().empty());
+    c.put(k1, {"bm128_nt8_bk256_mt1_c3", 3, 0.5, "bm64_nt8_bk256_mt1_c4", 0.6});
+    c.save();
+  }
+  {
+    TuneCache c = TuneCache::load(path, h200());  // a second writer adds k2: merged, k1 kept
+    ASSERT_TRUE(c.find(k1));
+    c.put(k2, {"bm128_nt16_bk256_mt1_c2", 3, 0.3, "bm128_nt16_bk256_mt1_c2", 0.3});
+    c.save();
+  }
+  TuneCache again = TuneCache::load(path, h200());
+  EXPECT_EQ(again.size(), 2u);
+  EXPECT_EQ(again.find(k1)->tile, "bm128_nt8_bk256_mt1_c3");
+  EXPECT_DOUBLE_EQ(again.find(k1)->default_ms, 0.6);
+
+  TuneContext other = h200();
+  other.gpu = "NVIDIA RTX PRO 6000";
+  other.cc = 120;
+  TuneCache o = TuneCache::load(path, other);
+  EXPECT_EQ(o.size(), 0u);
+  EXPECT_NE(o.notice().find("NVIDIA H200"), std::string::npos) << o.notice();
+  o.put(k1, {"bm64_nt8_bk128_mt1_c3", 3, 0.9, "", 0});
+  o.save();  // both sections survive
+  EXPECT_EQ(TuneCache::load(path, h200()).size(), 2u);
+  EXPECT_EQ(TuneCache::load(path, other).size(), 1u);
+  TuneContext newer = h200();
+  newer.fp4moe_version = "0.2.0";
+  EXPECT_NE(TuneCache::load(path, newer).notice().find("ignored"), std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST(TuneCache, CorruptFileIsAnErrorNamingIt) {
+  const std::string path = temp_path("fp4moe-tune-bad");
+  std::ofstream(path) << "{ not json";
+  try {
+    TuneCache::load(path, h200());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  std::ofstream(path) << R"({"something": "else"})";
+  EXPECT_THROW(TuneCache::load(path, h200()), Error);
+  std::filesystem::remove(path);
+}
+
+TEST(TuneCache, DefaultPathFollowsTheEnvironment) {
+  EXPECT_EQ(TuneCache::default_path("/x/y.json"), "/x/y.json");
+  ::setenv("FP4MOE_CACHE", "/tmp/from-env.json", 1);
+  EXPECT_EQ(TuneCache::default_path(), "/tmp/from-env.json");
+  ::unsetenv("FP4MOE_CACHE");
+  ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  EXPECT_EQ(TuneCache::default_path(), "/tmp/xdg/fp4moe/tune.json");
+  ::unsetenv("XDG_CACHE_HOME");
+}
+
+}  // namespace
+}  // namespace fp4moe::plan
