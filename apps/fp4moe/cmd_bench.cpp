@@ -17,6 +17,7 @@
 #include "fp4moe/error.hpp"
 #include "fp4moe/layer.hpp"
 #include "fp4moe/reference.hpp"
+#include "io/atomic_file.hpp"
 #include "plan/arch.hpp"
 #include "plan/decode_plan.hpp"
 #include "progress.hpp"
@@ -41,18 +42,10 @@ struct BenchOptions {
   int reps = 30;
   bool deterministic = false;
   bool no_peers = false;
+  std::string render;  // re-render the outputs of an earlier run's bench.json
 };
 
-void write_file(const fs::path& p, const std::string& text) {
-  const fs::path tmp = p.string() + ".tmp";
-  {
-    std::ofstream f(tmp);
-    FP4MOE_CHECK(f.good(), "bench: cannot write " << tmp.string());
-    f << text;
-    FP4MOE_CHECK(f.good(), "bench: writing " << tmp.string() << " failed");
-  }
-  fs::rename(tmp, p);
-}
+void write_file(const fs::path& p, const std::string& text) { io::write_file_atomically(p.string(), text); }
 
 std::string find_peers_script(const std::string& given) {
   std::vector<std::string> candidates;
@@ -111,7 +104,30 @@ void bench_without_gpu(const BenchOptions& o, const std::string& why) {
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), 16, small.hidden);
 }
 
+void write_outputs(json report, const std::string& out_dir) {
+  for (json& c : report["cases"]) c.erase("topk_ids"), c.erase("topk_weights");
+  fs::create_directories(out_dir);
+  write_file(fs::path(out_dir) / "bench.json", report.dump(1) + "\n");
+  write_file(fs::path(out_dir) / "bench.csv", layer_bench_csv(report));
+  write_file(fs::path(out_dir) / "bench.svg", layer_bench_svg(report));
+  const std::string table = layer_bench_table(report);
+  write_file(fs::path(out_dir) / "bench.md", table);
+  fmt::print("\n{}\nwritten: {}/bench.json, bench.csv, bench.md, bench.svg\n", table, out_dir);
+}
+
 void run_bench(const BenchOptions& o) {
+  if (!o.render.empty()) {
+    std::ifstream f(o.render);
+    FP4MOE_CHECK(f.good(), "--render: cannot open " << o.render);
+    json report;
+    try {
+      report = json::parse(f);
+      (void)report.at("cases").at(0).at("layer");
+    } catch (const json::exception& e) {
+      throw Error("--render: " + o.render + " is not an fp4moe bench report (" + e.what() + ")");
+    }
+    return write_outputs(report, o.out);
+  }
   std::string why;
   const auto devs = list_devices(&why);
   if (devs.empty()) return bench_without_gpu(o, why);
@@ -142,13 +158,7 @@ void run_bench(const BenchOptions& o) {
   } else if (!o.no_peers) {
     fmt::print("peers: bench/peers.py not found (--peers-script or FP4MOE_PEERS): no PyTorch peer\n");
   }
-  for (json& c : report["cases"]) c.erase("topk_ids"), c.erase("topk_weights");
-  write_file(json_path, report.dump(1) + "\n");
-  write_file(fs::path(o.out) / "bench.csv", layer_bench_csv(report));
-  write_file(fs::path(o.out) / "bench.svg", layer_bench_svg(report));
-  const std::string table = layer_bench_table(report);
-  write_file(fs::path(o.out) / "bench.md", table);
-  fmt::print("\n{}\nwritten: {}/bench.json, bench.csv, bench.md, bench.svg\n", table, o.out);
+  write_outputs(report, o.out);
 }
 
 }  // namespace
@@ -164,6 +174,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--cache", o.cache, "Tune cache file");
   cmd->add_flag("--deterministic", o.deterministic, "Split finalize");
   cmd->add_flag("--no-peers", o.no_peers, "Skip the PyTorch peer");
+  cmd->add_option("--render", o.render, "Only re-render CSV, Markdown and SVG from an earlier bench.json");
   cmd->callback([] { run_bench(o); });
 }
 

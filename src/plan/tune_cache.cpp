@@ -1,16 +1,14 @@
 #include "plan/tune_cache.hpp"
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "fp4moe/error.hpp"
+#include "io/atomic_file.hpp"
 
 namespace fp4moe::plan {
 namespace {
@@ -149,21 +147,7 @@ void TuneCache::save() const {
     std::filesystem::create_directories(target.parent_path(), ec);
     FP4MOE_CHECK(!ec, "tune cache: cannot create the directory " << target.parent_path().string() << ": " << ec.message());
   }
-  const std::string tmp = path_ + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    FP4MOE_CHECK(out.good(), "tune cache: cannot write " << tmp);
-    out << file.dump(1) << "\n";
-    out.close();
-    if (!out.good()) {
-      std::remove(tmp.c_str());
-      throw Error("tune cache: writing " + tmp + " failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error("tune cache: cannot replace " + path_);
-  }
+  io::write_file_atomically(path_, file.dump(1) + "\n");
 }
 
 }  // namespace fp4moe::plan

@@ -300,7 +300,7 @@ std::string layer_bench_svg(const json& r) {
   if (xmax <= xmin) xmax = xmin + 1;
   const int W = 460, Hh = 300, ml = 50, mt = 40, pw = 380, ph = 200;
   std::ostringstream os;
-  os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << 2 * W << "' height='" << Hh + 90
+  os << "<svg xmlns='http://www.w3.org/2000/svg' width='" << 2 * W << "' height='" << Hh + 40
      << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n";
   os << "<text x='10' y='18' font-size='13'>fp4moe " << r["model"].get<std::string>() << " on "
      << r["device"].get<std::string>() << " (copy " << fmt::format("{:.2f}", r["ceilings"]["copy_tb_per_s"].get<double>())
@@ -321,9 +321,11 @@ std::string layer_bench_svg(const json& r) {
     if (ref_line_at_one)
       os << "<line x1='" << x0 + ml << "' x2='" << x0 + ml + pw << "' y1='" << py(1) << "' y2='" << py(1)
          << "' stroke='#444' stroke-dasharray='4 3'/>\n";
-    for (int e = int(std::floor(xmin)); e <= int(std::ceil(xmax)); ++e)
+    const int e0 = int(std::floor(xmin)), e1 = int(std::ceil(xmax)), step = (e1 - e0) > 8 ? 2 : 1;
+    for (int e = e1; e >= e0; e -= step)  // every (other) power of two, 1/32 style below 1
       os << "<text x='" << px(e) << "' y='" << mt + ph + 14 << "' text-anchor='middle'>"
-         << fmt::format("{:g}", std::exp2(double(e))) << "</text>\n";
+         << (e >= 0 ? fmt::format("{:g}", std::exp2(double(e))) : fmt::format("1/{:g}", std::exp2(double(-e))))
+         << "</text>\n";
     os << "<text x='" << x0 + ml + pw / 2 << "' y='" << mt + ph + 30 << "' text-anchor='middle'>tokens per expert</text>\n";
     int li = 0;
     for (const Series& s : series) {
