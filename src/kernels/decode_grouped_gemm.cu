@@ -28,6 +28,7 @@
 #include "plan/decode_layout.hpp"
 #include "plan/decode_plan.hpp"
 #include "runtime/cuda_check.hpp"
+#include "runtime/device_limits.hpp"
 
 namespace fp4moe::kernels {
 namespace {
@@ -363,9 +364,7 @@ constexpr std::array<KernelFn, sizeof...(I)> make_kernel_table(std::integer_sequ
 }
 constexpr auto kKernels = make_kernel_table(std::make_integer_sequence<int, plan::kNumDecodeTiles>{});
 
-struct DeviceState {
-  int device = -1, sm_count = 0, cc = 0;
-  plan::SmemBudget budget;
+struct DeviceState : DeviceLimits {
   // Per tile: the dynamic shared memory the kernel attribute allows, and the
   // resident CTAs per SM measured at that size (launches stay cheap on the host).
   std::array<int64_t, plan::kNumDecodeTiles> attr_bytes{};
@@ -379,20 +378,7 @@ DeviceState& current_device() {
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
   if (s.device != dev) {
     s = DeviceState{};
-    s.device = dev;
-    int v = 0;
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    s.sm_count = v;
-    int ma = 0, mi = 0;
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev));
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev));
-    s.cc = ma * 10 + mi;
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    s.budget.optin_per_block = v;
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    s.budget.per_sm = v;
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-    s.budget.reserved_per_block = v;
+    static_cast<DeviceLimits&>(s) = device_limits(dev);
   }
   return s;
 }

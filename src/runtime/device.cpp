@@ -3,6 +3,7 @@
 #include <string>
 
 #include "plan/arch.hpp"
+#include "runtime/device_limits.hpp"
 #include "runtime/cuda_check.hpp"
 
 namespace fp4moe {
@@ -56,6 +57,22 @@ std::vector<std::string> compare_with_arch_table(const DeviceInfo& d) {
   cmp("smem per SM", a->smem_per_sm, d.smem_per_sm);
   cmp("smem reserved per block", a->smem_reserved_per_block, d.smem_reserved_per_block);
   return diffs;
+}
+
+DeviceLimits device_limits(int device) {
+  auto attr = [device](cudaDeviceAttr a) {
+    int v = 0;
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, a, device));
+    return v;
+  };
+  DeviceLimits d;
+  d.device = device;
+  d.sm_count = attr(cudaDevAttrMultiProcessorCount);
+  d.cc = attr(cudaDevAttrComputeCapabilityMajor) * 10 + attr(cudaDevAttrComputeCapabilityMinor);
+  d.budget.optin_per_block = attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+  d.budget.per_sm = attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+  d.budget.reserved_per_block = attr(cudaDevAttrReservedSharedMemoryPerBlock);
+  return d;
 }
 
 }  // namespace fp4moe

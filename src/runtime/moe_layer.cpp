@@ -15,6 +15,7 @@
 #include "runtime/cublas_check.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/device_limits.hpp"
 
 namespace fp4moe {
 namespace {
@@ -53,15 +54,11 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
                                      << cfg.hidden << ", " << cfg.intermediate << "]");
   }
   if (opts.device >= 0) FP4MOE_CUDA_CHECK(cudaSetDevice(opts.device));
-  int dev = 0, v = 0;
+  int dev = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&m.sm_count, cudaDevAttrMultiProcessorCount, dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  m.budget.optin_per_block = v;
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  m.budget.per_sm = v;
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-  m.budget.reserved_per_block = v;
+  const DeviceLimits limits = device_limits(dev);
+  m.sm_count = limits.sm_count;
+  m.budget = limits.budget;
   {
     cudaDeviceProp prop{};
     FP4MOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));

@@ -1,6 +1,8 @@
 // NVFP4 / MXFP4 quantization and dequantization (docs/formats.md).
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -16,15 +18,7 @@
 namespace fp4moe {
 namespace {
 
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using test::error_of;
 
 uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 uint32_t ulp_distance(float a, float b) {  // a, b > 0

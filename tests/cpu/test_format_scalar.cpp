@@ -1,6 +1,8 @@
 // Scalar codecs: E2M1, float8_e4m3fn / UE4M3, UE8M0, bf16 (docs/formats.md).
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -15,21 +17,13 @@
 namespace fp4moe {
 namespace {
 
+using test::error_of;
+
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 
 float up(float x) { return std::nextafter(x, kInf); }
 float down(float x) { return std::nextafter(x, -kInf); }
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 // Brute-force round-to-nearest over a sorted table of non-negative values;
 // a tie goes to the even index (= even code: the mantissa LSB is the code LSB).

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <cmath>
 #include <functional>
 #include <string>
@@ -10,14 +12,7 @@
 namespace fp4moe {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using test::error_of;
 
 TEST(ModelPreset, AllPresetsValidate) {
   const auto names = preset_names();

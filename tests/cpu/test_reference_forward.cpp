@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,14 +19,7 @@
 namespace fp4moe {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using test::error_of;
 
 // E2M1 code of a representable value.
 uint8_t e2m1_code(float v) {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <numeric>
@@ -12,14 +14,7 @@
 namespace fp4moe {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using test::error_of;
 
 Routing make_routing(int64_t T, int64_t k, std::vector<int32_t> ids) {
   Routing r;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "test_util.hpp"
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -16,14 +18,7 @@
 namespace fp4moe {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using test::error_of;
 
 MoeConfig softmax_cfg(int64_t E, int64_t k, bool renorm, float scale) {
   MoeConfig c;
