@@ -41,6 +41,8 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     {128, 8, 256, 1, 8, 1},   // one deep pipeline per SM (for comparison in tuning)
     {128, 16, 128, 1, 4, 2},  // 99 KB targets (sm_86/89/120): two CTAs per SM
     {64, 8, 128, 1, 4, 3},
+    {256, 64, 128, 2, 4, 1},  // 64 tokens per expert: 8 warps, each dequantized fragment feeds 16 mma
+    {128, 64, 256, 1, 3, 1},  // 64 tokens, 8 warps of one m16 tile
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 
