@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const DeviceInfo& dev = devs[0];
-    const plan::SmemBudget budget{dev.smem_optin_per_block, dev.smem_per_sm, dev.smem_reserved_per_block};
+    const plan::SmemBudget budget{dev.smem_optin_per_block, dev.smem_per_sm, dev.smem_reserved_per_block, dev.cc};
     const MoeConfig cfg = preset("glm5");
     const int64_t E = cfg.num_experts;
     const Gemm gemms[] = {{"gemm1", 2 * cfg.intermediate, cfg.hidden, true}, {"gemm2", cfg.hidden, cfg.intermediate, false}};

@@ -24,6 +24,7 @@
 #include "fp4moe/device.hpp"
 #include "kernels/decode_grouped_gemm.hpp"
 #include "kernels/mma_sm80.cuh"
+#include "kernels/wgmma_sm90.cuh"
 #include "plan/arch.hpp"
 #include "plan/decode_layout.hpp"
 #include "plan/decode_plan.hpp"
@@ -185,7 +186,10 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     for (int i = tid; i < T.nt * kXPiecesPerRow; i += kThreads) {
       const int r = i / kXPiecesPerRow, piece = i % kXPiecesPerRow;
       const int32_t xrow = rows[r];
-      ptx::cp_async_16(st + L.act_offset() + r * L.act_row_stride() + piece * 16,
+      // wgmma: [piece/8 atom][nt rows][128 bytes], 16-byte chunk c of row r stored at c ^ (r % 8)
+      const int dst = T.wgmma ? (piece / 8) * (T.nt * 128) + r * 128 + (((piece % 8) ^ (r % 8)) * 16)
+                              : r * int(L.act_row_stride()) + piece * 16;
+      ptx::cp_async_16(st + L.act_offset() + dst,
                        p.x + int64_t(xrow < 0 ? 0 : xrow) * p.k + int64_t(ld.kt) * T.bk + piece * 8, xrow < 0 ? 0 : 16);
     }
   };
@@ -223,6 +227,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   int slot = 0, kt = 0, j = 0;  // compute cursor
   for (int step = 0; step < total_steps; ++step) {
     ptx::cp_async_wait_dynamic(stages - 2);
+    // cp.async wrote the stage through the generic proxy; wgmma reads it through the async proxy.
+    if constexpr (T.wgmma) wgmma::fence_proxy_async_shared();
     __syncthreads();
     if (step + stages - 1 < total_steps && p.debug_mode != 2) load_stage();
     ptx::cp_async_commit();
@@ -233,6 +239,46 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     const uint8_t* sst = st + L.scale_offset();
     const uint8_t* xst = st + L.act_offset();
 
+    if constexpr (T.wgmma) {
+      if (p.debug_mode != 1) {
+        const uint32_t xbase = ptx::smem_addr(xst);
+        uint32_t a[2][4];  // double-buffered A: the fragment of step s is live until its wgmma completes
+#pragma unroll
+        for (int kk = 0; kk < kWGranPerStage; ++kk) {
+          const uint4 wq = *reinterpret_cast<const uint4*>(wst + (warp * kWGranPerStage + kk) * 512 + lane * 16);
+          const uint4 sq = *reinterpret_cast<const uint4*>(sst + (warp * kSGranPerStage + kk / 2) * 128 + (lane / 4) * 16);
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            const int step8 = (kk % 2) * 4 + t, buf = (kk * 4 + t) % 2;
+            const uint32_t word = t == 0 ? wq.x : t == 1 ? wq.y : t == 2 ? wq.z : wq.w;
+            const uint32_t sword = (step8 / 2) == 0 ? sq.x : (step8 / 2) == 1 ? sq.y : (step8 / 2) == 2 ? sq.z : sq.w;
+            const __nv_bfloat162 sc = (step8 % 2) ? scale_operands<2>(sword, p.scale_add2) : scale_operands<0>(sword, p.scale_add2);
+            const __nv_bfloat162 s_lo = __bfloat162bfloat162(__low2bfloat16(sc));
+            const __nv_bfloat162 s_hi = __bfloat162bfloat162(__high2bfloat16(sc));
+            uint32_t pat[4];
+            pack::unpack_word(word, pat);
+            a[buf][0] = scaled(pat[0], s_lo);
+            a[buf][1] = scaled(pat[1], s_hi);
+            a[buf][2] = scaled(pat[2], s_lo);
+            a[buf][3] = scaled(pat[3], s_hi);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) wgmma::fence_operand(a[buf][q]);
+            // k16 step kk*4+t of the stage: 64-element atom (kk*4+t)/4 = kk, 32 bytes per k16 inside it.
+            const uint64_t desc = wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32);
+            wgmma::fence();
+            if constexpr (T.nt == 128) wgmma::wgmma_m64n128k16_bf16_rs(reinterpret_cast<float(&)[64]>(acc[0][0][0][0]), a[buf], desc);
+            else wgmma::wgmma_m64n64k16_bf16_rs(reinterpret_cast<float(&)[32]>(acc[0][0][0][0]), a[buf], desc);
+            wgmma::commit_group();
+            wgmma::wait_group<1>();  // the previous step's wgmma is done: its A buffer may be rewritten
+          }
+        }
+        wgmma::wait_group<0>();  // every read of this stage is done before the next barrier frees it
+#pragma unroll
+        for (int jn = 0; jn < NT8; ++jn)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) wgmma::fence_operand(acc[0][0][jn][q]);
+      }
+    } else {
     if (p.debug_mode != 1) {
 #pragma unroll
       for (int kk = 0; kk < kWGranPerStage; ++kk) {
@@ -283,6 +329,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       }
     }
 
+    }
     if (++slot == stages) slot = 0;
     if (++kt < KT) continue;
     kt = 0;

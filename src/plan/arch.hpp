@@ -25,16 +25,17 @@ struct SmemBudget {
   int64_t optin_per_block = 0;
   int64_t per_sm = 0;
   int64_t reserved_per_block = 0;
+  int cc = 0;  // the target's compute capability (*10): which instruction paths exist
   // Bytes one block may allocate when `ctas_per_sm` blocks must be resident together.
   constexpr int64_t per_block_at(int ctas_per_sm) const {
     const int64_t share = per_sm / ctas_per_sm - reserved_per_block;
     return share < optin_per_block ? share : optin_per_block;
   }
   // A target with only `optin` bytes per block (e.g. sm_120's 101376 on this GPU).
-  static constexpr SmemBudget clamped(int64_t optin) { return {optin, optin + 1024, 1024}; }
+  static constexpr SmemBudget clamped(int64_t optin, int cc) { return {optin, optin + 1024, 1024, cc}; }
 };
 constexpr SmemBudget budget_of(const Arch& a) {
-  return {a.smem_optin_per_block, a.smem_per_sm, a.smem_reserved_per_block};
+  return {a.smem_optin_per_block, a.smem_per_sm, a.smem_reserved_per_block, a.cc};
 }
 
 std::span<const Arch> all_archs();

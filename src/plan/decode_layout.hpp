@@ -19,6 +19,7 @@ struct DecodeTile {
   int warp_m_tiles; // m16 tiles per warp: B fragments are reused this many times
   int max_stages;
   int ctas_per_sm;  // occupancy target: the stage budget is the SM's share for this many CTAs
+  bool wgmma = false;  // Hopper warpgroup MMA (sm_90a only): 4 warps x 16 rows = m64, tokens = n
 
   constexpr int warps() const { return bm / (16 * warp_m_tiles); }
   constexpr int threads() const { return warps() * 32; }
@@ -43,6 +44,10 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     {64, 8, 128, 1, 4, 3},
     {256, 64, 128, 2, 4, 1},  // 64 tokens per expert: 8 warps, each dequantized fragment feeds 16 mma
     {128, 64, 256, 1, 3, 1},  // 64 tokens, 8 warps of one m16 tile
+    // Hopper warpgroup MMA (the "prefill" path): two warpgroups of 64 weight rows,
+    // 64 or 128 tokens per wgmma; dequantized weights are the register operand.
+    {128, 128, 128, 1, 4, 1, true},
+    {128, 64, 128, 1, 4, 1, true},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 
@@ -59,20 +64,21 @@ struct DecodeSmemLayout {
   // --- one pipeline stage ---
   constexpr int64_t weight_bytes_per_stage() const { return int64_t(tile.bm) * tile.bk / 2; }
   constexpr int64_t scale_bytes_per_stage() const { return int64_t(tile.bm) * tile.bk / 16; }
-  // Activation rows are padded by 16 bytes so ldmatrix's 8 row addresses hit 8 different bank groups.
-  constexpr int64_t act_row_stride() const { return int64_t(tile.bk) * 2 + 16; }
+  // mma.sync tiles: activation rows padded by 16 bytes so ldmatrix's 8 row
+  // addresses hit 8 bank groups. Warpgroup tiles: the 128-byte-swizzled K-major
+  // layout wgmma reads ([bk/64][nt rows][128 bytes], 1024-byte aligned, no padding).
+  constexpr int64_t act_row_stride() const { return int64_t(tile.bk) * 2 + (tile.wgmma ? 0 : 16); }
   constexpr int64_t act_bytes_per_stage() const { return int64_t(tile.nt) * act_row_stride(); }
-  constexpr int64_t act_padding_per_stage() const { return int64_t(tile.nt) * 16; }
-  constexpr int64_t smem_bytes_per_stage() const {
-    return align_up(weight_bytes_per_stage() + scale_bytes_per_stage() + act_bytes_per_stage(), kSmemAlign);
-  }
-  constexpr int64_t stage_alignment_padding() const {
-    return smem_bytes_per_stage() - (weight_bytes_per_stage() + scale_bytes_per_stage() + act_bytes_per_stage());
-  }
+  constexpr int64_t act_padding_per_stage() const { return tile.wgmma ? 0 : int64_t(tile.nt) * 16; }
+  constexpr int64_t stage_align() const { return tile.wgmma ? 1024 : kSmemAlign; }
   // Offsets inside a stage.
   constexpr int64_t weight_offset() const { return 0; }
   constexpr int64_t scale_offset() const { return weight_bytes_per_stage(); }
-  constexpr int64_t act_offset() const { return weight_bytes_per_stage() + scale_bytes_per_stage(); }
+  constexpr int64_t act_offset() const { return align_up(weight_bytes_per_stage() + scale_bytes_per_stage(), stage_align()); }
+  constexpr int64_t smem_bytes_per_stage() const { return align_up(act_offset() + act_bytes_per_stage(), stage_align()); }
+  constexpr int64_t stage_alignment_padding() const {
+    return smem_bytes_per_stage() - (weight_bytes_per_stage() + scale_bytes_per_stage() + act_bytes_per_stage());
+  }
 
   // --- epilogue: the fp32 output tile [nt][bm] (+4 floats per row against bank
   // conflicts), staged so SwiGLU can pair gate and up rows and stores are whole rows ---
@@ -111,6 +117,7 @@ constexpr bool decode_tiles_valid() {
     if (t.nt % 8 || t.bk % kScaleGranuleK || t.bm % (16 * t.warp_m_tiles) || t.warps() < 1 || t.warps() > 16) return false;
     if (t.nt % (2 * 8) && t.nt != 8) return false;  // ldmatrix.x4 covers two n8 tiles
     if (t.ctas_per_sm < 1 || t.max_stages < DecodeSmemLayout::kMinStages || t.max_stages > 8) return false;
+    if (t.wgmma && (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64)) return false;
   }
   return true;
 }

@@ -1,6 +1,7 @@
 #include "plan/decode_plan.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 #include "fp4moe/error.hpp"
@@ -12,7 +13,8 @@ std::string decode_tile_name(int tile_index) {
                "decode tile index " << tile_index << " is outside 0.." << kNumDecodeTiles - 1);
   const DecodeTile& t = kDecodeTiles[tile_index];
   std::ostringstream os;
-  os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles << "_c" << t.ctas_per_sm;
+  os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles << "_c" << t.ctas_per_sm
+     << (t.wgmma ? "_wgmma" : "");
   return os.str();
 }
 
@@ -41,9 +43,12 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
       {"block scales", L.scale_bytes_per_stage() * p.stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 16" + xs},
       {"activations (bf16)", (L.act_bytes_per_stage() - L.act_padding_per_stage()) * p.stages,
        std::to_string(t.nt) + " tokens x " + std::to_string(t.bk) + " k x 2" + xs},
-      {"activation row padding", L.act_padding_per_stage() * p.stages, "16 bytes per row against ldmatrix bank conflicts" + xs},
-      {"stage alignment padding", L.stage_alignment_padding() * p.stages, "stages start on 128 bytes" + xs},
+      {"activation row padding", L.act_padding_per_stage() * p.stages,
+       t.wgmma ? "none: 128-byte swizzle" : "16 bytes per row against ldmatrix bank conflicts" + xs},
+      {"stage alignment padding", L.stage_alignment_padding() * p.stages,
+       std::string("operands start on ") + (t.wgmma ? "1024" : "128") + " bytes" + xs},
       {"pipeline barriers", 0, "cp.async groups need no mbarrier"},
+      {"base alignment", 0, t.wgmma ? "the dynamic shared memory base is 1024-byte aligned (no static shared memory)" : "-"},
       {"epilogue staging (fp32)", L.epilogue_bytes(), std::to_string(t.nt) + " tokens x (" + std::to_string(t.bm) + " + 4) x 4"},
       {"scheduler prefix", L.scheduler_prefix_bytes(), "(1024 experts + 1) x 4, token chunks per expert"},
       {"row indices", L.row_index_bytes(), "2 items x " + std::to_string(t.nt) + " gathered activation rows x 4"},
@@ -56,6 +61,13 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
     why << "occupancy target " << t.ctas_per_sm << " CTAs/SM: per-block budget " << budget.per_sm << " / "
         << t.ctas_per_sm << " - " << budget.reserved_per_block << " = " << capacity << " of the "
         << budget.optin_per_block << " opt-in; ";
+  if (t.wgmma && (budget.cc != 90 || std::getenv("FP4MOE_DISABLE_WGMMA"))) {
+    p.fits = false;
+    if (budget.cc != 90) why << name << " uses Hopper warpgroup MMA (sm_90a); the target is sm_" << budget.cc;
+    else why << name << ": warpgroup-MMA tiles are switched off by FP4MOE_DISABLE_WGMMA";
+    p.explanation = why.str();
+    return p;
+  }
   if (n % t.bm != 0 || k % t.bk != 0) {
     p.fits = false;
     why << name << " does not divide the problem: N = " << n << " (tile " << t.bm << "), K = " << k << " (tile " << t.bk << ")";
@@ -125,6 +137,7 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
     const SmemPlan p = plan_decode_tile(i, n, k, capacity);
     if (!p.fits) continue;
     const DecodeTile& t = kDecodeTiles[i];
+    if (t.wgmma) continue;  // not ranked by default until measured: the tuner chooses them
     const double chunks = std::ceil(std::max(1.0, tokens_per_expert) / t.nt);
     const double items = double(active_experts) * chunks * double(n / t.bm);
     double score = (t.nt == want_nt ? 1000.0 : -std::abs(std::log2(double(t.nt) / want_nt)) * 100.0) +

@@ -72,6 +72,7 @@ DeviceLimits device_limits(int device) {
   d.budget.optin_per_block = attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   d.budget.per_sm = attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
   d.budget.reserved_per_block = attr(cudaDevAttrReservedSharedMemoryPerBlock);
+  d.budget.cc = d.cc;
   return d;
 }
 

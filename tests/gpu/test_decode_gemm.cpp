@@ -86,7 +86,7 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
 plan::SmemBudget device_capacity() {
   const auto d = list_devices();
   if (d.empty()) return {};
-  return {d[0].smem_optin_per_block, d[0].smem_per_sm, d[0].smem_reserved_per_block};
+  return {d[0].smem_optin_per_block, d[0].smem_per_sm, d[0].smem_reserved_per_block, d[0].cc};
 }
 
 const std::vector<int> kCounts = {0, 1, 2, 3, 7, 8, 15, 16, 31, 33, 64, 65, 128};
@@ -163,6 +163,42 @@ TEST(GpuDecodeGemm, RejectsWhatThePlannerRejects) {
   EXPECT_THROW(kernels::launch_decode_grouped_gemm(args, launch, nullptr), Error);
   launch.tile = 99;
   EXPECT_THROW(kernels::decode_launch_smem_bytes(launch), Error);
+}
+
+}  // namespace
+}  // namespace fp4moe
+
+namespace fp4moe {
+namespace {
+
+// The warpgroup-MMA tiles (sm_90a) at prefill sizes: 65..4096 tokens per
+// expert, ragged counts, both formats, and a GLM-5 shape.
+TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
+  FP4MOE_REQUIRE_GPU();
+  const plan::SmemBudget budget = device_capacity();
+  int ran = 0;
+  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
+    if (!plan::kDecodeTiles[tile].wgmma) continue;
+    const plan::SmemPlan p = plan::plan_decode_tile(tile, 256, 2048, budget);
+    if (!p.fits) {
+      std::printf("  %s not run here: %s\n", p.config.c_str(), p.explanation.c_str());
+      continue;
+    }
+    ++ran;
+    for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4}) {
+      const CaseResult r = run_case(f, 256, 2048, {65, 0, 100, 128, 129, 255, 256, 1000, 4096, 3}, tile, budget, 41 + tile);
+      EXPECT_EQ(r.unwritten, 0) << p.config;
+      EXPECT_LT(r.rel_err, 1e-2) << p.config << " " << to_string(f);
+      std::printf("  %-30s %-5s rel err %.3e\n", p.config.c_str(), to_string(f), r.rel_err);
+    }
+    const CaseResult big = run_case(Fp4Format::nvfp4, 4096, 6144, {300, 0, 129}, tile, budget, 77);
+    EXPECT_EQ(big.unwritten, 0) << p.config;
+    EXPECT_LT(big.rel_err, 1e-2) << p.config << " N 4096 K 6144";
+    std::printf("  %-30s N 4096 K 6144 rel err %.3e\n", p.config.c_str(), big.rel_err);
+  }
+  if (budget.cc == 90) {
+    EXPECT_GE(ran, 1) << "no warpgroup tile fits this sm_90 device";
+  }
 }
 
 }  // namespace
