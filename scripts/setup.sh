@@ -12,6 +12,8 @@ APT_PACKAGES=(
   "libfmt-dev=9.1.0+ds1-2"
   "ccache=4.8+really4.7.5-1"
   "ninja-build=1.11.1-2~deb12u1"
+  "clang-14=1:14.0.6-12"                # the libFuzzer target (tests/fuzz) is built with clang
+  "libclang-rt-14-dev=1:14.0.6-12"      # libFuzzer and clang's sanitizer runtimes
 )
 PIP_PACKAGES=(
   "nvidia-cutlass==4.2.0.0"   # CUTLASS/CuTe headers only (--no-deps)

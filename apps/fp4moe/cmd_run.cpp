@@ -1,6 +1,8 @@
-// fp4moe run: one MoE layer forward on a built-in (or config.json) problem, on
-// the GPU when there is one (checked against the CPU reference with --check),
-// else the CPU reference at a reduced size.
+// fp4moe run: one MoE layer forward on a built-in (or config.json) problem or
+// a checkpoint's layer (--checkpoint DIR --layer L), on the GPU when there is
+// one (checked against the CPU reference with --check), else the CPU
+// reference (a preset at a reduced size). With --input/--output it replays
+// captured activations instead (run_replay.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,10 +14,12 @@
 #include <fmt/core.h>
 
 #include "commands.hpp"
+#include "fp4moe/checkpoint.hpp"
 #include "fp4moe/device.hpp"
 #include "fp4moe/error.hpp"
 #include "fp4moe/layer.hpp"
 #include "fp4moe/reference.hpp"
+#include "run_layer.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/timing.hpp"
@@ -32,6 +36,9 @@ struct RunOptions {
   bool deterministic = false;
   bool cpu = false;
   int reps = 20;
+  std::string checkpoint;  // with layer: a ModelOpt NVFP4 checkpoint's MoE layer instead of random weights
+  int64_t layer = -1;
+  std::string input, output;  // replay
 };
 
 Fp4Format parse_format(const std::string& s) {
@@ -45,11 +52,30 @@ MoeConfig model_config(const std::string& m) {
   return preset(m);
 }
 
+}  // namespace
+
 std::string describe_model(const MoeConfig& cfg) {
   return fmt::format("{}: H {} I {} E {} top-{} {}{}{}", cfg.name, cfg.hidden, cfg.intermediate, cfg.num_experts,
                      cfg.top_k, cfg.scoring == Scoring::sigmoid ? "sigmoid" : "softmax",
                      cfg.n_group > 1 ? fmt::format(" ({} groups, top {})", cfg.n_group, cfg.topk_group) : "",
                      cfg.shared_expert ? " + shared expert" : "");
+}
+
+namespace {
+
+RunLayer random_layer(const MoeConfig& cfg, const std::string& format_name, uint64_t seed) {
+  const Fp4Format format = parse_format(format_name);
+  return RunLayer{cfg, random_moe_weights(cfg, format, seed + 1), fmt::format("{} (random, seed {})", to_string(format), seed + 1), {}};
+}
+
+RunLayer checkpoint_layer(const std::string& dir, int64_t layer) {
+  MoeCheckpointLayer c = load_moe_layer(dir, layer);
+  return RunLayer{std::move(c.config), std::move(c.weights), fmt::format("nvfp4, checkpoint {} layer {}", dir, layer),
+                  std::move(c.notes)};
+}
+
+void print_notes(const RunLayer& l) {
+  for (const std::string& n : l.notes) fmt::print("             {}\n", n);
 }
 
 struct Inputs {
@@ -72,8 +98,8 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void run_cpu(const RunOptions& o, const std::string& why) {
-  MoeConfig cfg = model_config(o.model);
+// A preset too large for the CPU reference runs in its -small form.
+MoeConfig cpu_sized(MoeConfig cfg, const std::string& why) {
   if (cfg.name.find("-small") == std::string::npos && cfg.hidden * cfg.intermediate * cfg.num_experts > (int64_t(1) << 28)) {
     const std::string small = cfg.name + "-small";
     try {
@@ -82,12 +108,25 @@ void run_cpu(const RunOptions& o, const std::string& why) {
       throw Error("no GPU (" + why + ") and " + cfg.name + " is too large for the CPU reference; try a -small preset");
     }
   }
-  const Fp4Format format = parse_format(o.format);
-  fmt::print("fp4moe run: no GPU ({}): CPU reference at a reduced size\n", why);
-  const Inputs in = random_inputs(cfg, o.tokens, o.seed);
+  return cfg;
+}
+
+// The checkpoint's layer, or the preset with random weights (on the CPU
+// reference reduced to its -small form when `why_cpu` is given).
+RunLayer choose_layer(const RunOptions& o, const std::string* why_cpu = nullptr) {
+  if (!o.checkpoint.empty()) return checkpoint_layer(o.checkpoint, o.layer);
+  const MoeConfig cfg = model_config(o.model);
+  return random_layer(why_cpu ? cpu_sized(cfg, *why_cpu) : cfg, o.format, o.seed);
+}
+
+void run_cpu(const RunOptions& o, const std::string& why) {
   auto t0 = std::chrono::steady_clock::now();
-  const MoeWeights w = random_moe_weights(cfg, format, o.seed + 1);
+  const RunLayer layer = choose_layer(o, &why);
+  const MoeConfig& cfg = layer.cfg;
+  const MoeWeights& w = layer.weights;
   const double ms_w = ms_since(t0);
+  fmt::print("fp4moe run: no GPU ({}): CPU reference{}\n", why, o.checkpoint.empty() ? " at a reduced size" : "");
+  const Inputs in = random_inputs(cfg, o.tokens, o.seed);
   t0 = std::chrono::steady_clock::now();
   const Routing routing = route_reference(cfg, in.logits.data(), o.tokens, w.correction_bias);
   const std::vector<float> out = moe_forward_reference(cfg, w, in.x.data(), o.tokens, routing);
@@ -95,25 +134,25 @@ void run_cpu(const RunOptions& o, const std::string& why) {
   double norm = 0;
   for (float v : out) norm += double(v) * v;
   fmt::print("  model      {}\n", describe_model(cfg));
-  fmt::print("  weights    {} (random, seed {}), made in {:.1f} ms\n", to_string(format), o.seed + 1, ms_w);
+  fmt::print("  weights    {}, {} in {:.1f} ms\n", layer.source, o.checkpoint.empty() ? "made" : "loaded", ms_w);
+  print_notes(layer);
   fmt::print("  tokens     {}\n", o.tokens);
   fmt::print("  forward    {:.1f} ms (routing, permutation, expert MLPs in double, weighted sum)\n", ms_f);
   fmt::print("  output     [{}, {}], rms {:.4g}\n", o.tokens, cfg.hidden, std::sqrt(norm / double(out.size())));
 }
 
-void run_gpu(const RunOptions& o, const DeviceInfo& dev) {
-  const MoeConfig cfg = model_config(o.model);
-  const Fp4Format format = parse_format(o.format);
+void run_gpu(const RunOptions& o, const RunLayer& source, double ms_weights, const DeviceInfo& dev) {
+  const MoeConfig& cfg = source.cfg;
+  const MoeWeights& w = source.weights;
   const int64_t T = o.tokens;
   fmt::print("fp4moe run on {} (sm_{}, {} SMs)\n", dev.name, dev.cc, dev.sm_count);
   fmt::print("  model      {}\n", describe_model(cfg));
-  auto t0 = std::chrono::steady_clock::now();
-  const MoeWeights w = random_moe_weights(cfg, format, o.seed + 1);
-  fmt::print("  weights    {} (random, seed {}), made in {:.0f} ms\n", to_string(format), o.seed + 1, ms_since(t0));
+  fmt::print("  weights    {}, {} in {:.0f} ms\n", source.source, o.checkpoint.empty() ? "made" : "loaded", ms_weights);
+  print_notes(source);
   LayerOptions lo;
   lo.max_tokens = T;
   lo.deterministic = o.deterministic;
-  t0 = std::chrono::steady_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
   MoeLayer layer(cfg, w, lo);
   fmt::print("  prepared   {:.2f} GB of weights on the GPU in {:.0f} ms; workspace {:.1f} MB\n",
              double(layer.weight_bytes()) / 1e9, ms_since(t0), double(layer.workspace_bytes()) / 1e6);
@@ -171,26 +210,58 @@ void run_gpu(const RunOptions& o, const DeviceInfo& dev) {
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+// Replay: the layer at its real size (the input's H must match it), on the GPU or the CPU reference.
+void run_replay(const RunOptions& o, const std::vector<DeviceInfo>& devs, const std::string& why) {
+  RunLayer layer = choose_layer(o);
+  if (o.checkpoint.empty()) {
+    // Random weights have no router: one is drawn (bf16, std 1/sqrt(H), so
+    // logits of unit-variance inputs are about unit variance) for inputs
+    // without router_logits.
+    std::mt19937_64 rng(o.seed + 2);
+    std::normal_distribution<float> normal(0.f, 1.f / std::sqrt(float(layer.cfg.hidden)));
+    layer.weights.router_weight.resize(size_t(layer.cfg.num_experts * layer.cfg.hidden));
+    for (uint16_t& v : layer.weights.router_weight) v = bf16_from_float(normal(rng));
+  }
+  const ReplayRequest r{o.input, o.output, o.check, o.deterministic};
+  if (devs.empty()) return replay_on_cpu(layer, r, why);
+  replay_on_gpu(layer, r, devs[0]);
+}
+
 void run(const RunOptions& o) {
   FP4MOE_CHECK(o.tokens >= 1, "--tokens " << o.tokens << " must be at least 1");
+  FP4MOE_CHECK(o.checkpoint.empty() == (o.layer < 0), (o.checkpoint.empty() ? "--layer needs --checkpoint DIR"
+                                                                              : "--checkpoint needs --layer L (an MoE layer's index)"));
+  FP4MOE_CHECK(o.input.empty() == o.output.empty(), (o.input.empty() ? "--output needs --input IN.safetensors"
+                                                                     : "--input needs --output OUT.safetensors"));
   std::string why;
   const auto devs = o.cpu ? std::vector<DeviceInfo>{} : list_devices(&why);
   if (o.cpu) why = "--cpu given";
+  if (!o.input.empty()) return run_replay(o, devs, why);
   if (devs.empty()) return run_cpu(o, why);
-  run_gpu(o, devs[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunLayer layer = choose_layer(o);
+  run_gpu(o, layer, ms_since(t0), devs[0]);
 }
 
 }  // namespace
 
 void register_run(CLI::App& app) {
   static RunOptions o;
-  auto* cmd = app.add_subcommand("run", "Run one MoE layer forward (GPU, or the CPU reference without one)");
-  cmd->add_option("--model", o.model, "Preset (glm5, deepseek-v3, mixtral, each also -small) or a config.json")->capture_default_str();
+  auto* cmd = app.add_subcommand("run", "Run one MoE layer forward (GPU, or the CPU reference without one); "
+                                        "replay captured activations with --input/--output");
+  auto* model = cmd->add_option("--model", o.model, "Preset (glm5, deepseek-v3, mixtral, each also -small) or a config.json")
+                    ->capture_default_str();
+  auto* checkpoint = cmd->add_option("--checkpoint", o.checkpoint, "A ModelOpt NVFP4 checkpoint directory (with --layer)");
+  checkpoint->excludes(model);
+  cmd->add_option("--layer", o.layer, "The checkpoint's MoE layer to run")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--input", o.input, "Replay: safetensors with hidden_states [T, H] (bf16/fp32) and optionally router_logits [T, E] (fp32)");
+  cmd->add_option("--output", o.output, "Replay: safetensors to write output, topk_ids, topk_weights (and the reference with --check)");
   cmd->add_option("--tokens", o.tokens, "Number of tokens")->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the random weights and inputs")->capture_default_str();
   cmd->add_option("--format", o.format, "Weight format: nvfp4 or mxfp4")->capture_default_str();
   cmd->add_option("--reps", o.reps, "Timed repetitions (GPU)")->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_flag("--check", o.check, "Compare with the CPU reference (routing bitwise, output within 1e-2)");
+  cmd->add_flag("--check", o.check, "Compare with the CPU reference (routing bitwise, output within 1e-2); "
+                                    "with --output also writes the reference and the error");
   cmd->add_flag("--deterministic", o.deterministic, "Split finalize: bitwise identical run to run");
   cmd->add_flag("--cpu", o.cpu, "Run the CPU reference even when a GPU is present");
   cmd->callback([] { run(o); });

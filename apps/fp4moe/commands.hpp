@@ -9,5 +9,7 @@ void register_run(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_tune(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_quantize(CLI::App& app);
+void register_inspect(CLI::App& app);
 
 }  // namespace fp4moe::cli

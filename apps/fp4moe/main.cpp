@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   fp4moe::cli::register_plan(app);
   fp4moe::cli::register_tune(app);
   fp4moe::cli::register_bench(app);
+  fp4moe::cli::register_quantize(app);
+  fp4moe::cli::register_inspect(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

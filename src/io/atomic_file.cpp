@@ -1,6 +1,7 @@
 // Temporary file or directory + rename: POSIX rename within one directory is
 // atomic, so readers see the old destination or the complete new one.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,7 +22,10 @@ std::string temp_template(const std::string& path) {
   fs::path p = fs::path(path).lexically_normal();
   if (!p.has_filename()) p = p.parent_path();
   const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  return (dir / ("." + p.filename().string() + ".partial-XXXXXX")).string();
+  std::string name = ".";
+  name += p.filename().string();
+  name += ".partial-XXXXXX";
+  return (dir / name).string();
 }
 
 std::string os_error() { return std::strerror(errno); }

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,11 +15,10 @@ namespace {
 
 // A file image: 8-byte length, the header text, then `data_bytes` zero bytes.
 std::vector<uint8_t> image(const std::string& header, uint64_t data_bytes, int64_t length_delta = 0) {
-  std::vector<uint8_t> b(8);
+  std::vector<uint8_t> b(8 + header.size() + data_bytes, 0);
   const uint64_t n = header.size() + uint64_t(length_delta);
   for (int i = 0; i < 8; ++i) b[size_t(i)] = uint8_t(n >> (8 * i));
-  b.insert(b.end(), header.begin(), header.end());
-  b.resize(b.size() + data_bytes, 0);
+  if (!header.empty()) std::memcpy(b.data() + 8, header.data(), header.size());
   return b;
 }
 
@@ -89,12 +90,12 @@ TEST(SafetensorsHeader, BadEntriesAreNamed) {
 }
 
 TEST(SafetensorsHeader, OffsetsMustTileTheDataSection) {
-  const std::string two = R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[%B,%E]}})";
-  auto with = [&](int b, int e) {
-    std::string h = two;
-    h.replace(h.find("%B"), 2, std::to_string(b));
-    h.replace(h.find("%E"), 2, std::to_string(e));
-    return h;
+  // Tensor a at [0, 4], tensor b at [b, e].
+  auto with = [](int b, int e) {
+    std::ostringstream h;
+    h << R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[)" << b << ','
+      << e << "]}}";
+    return h.str();
   };
   EXPECT_EQ(error_of(image(with(4, 8), 8)), "<no error>");
   EXPECT_ERROR_HAS(image(with(2, 6), 8), "tensor 'b' data_offsets [2, 6] overlap tensor 'a' [0, 4]");

@@ -1,0 +1,33 @@
+// Shared by `fp4moe run` (cmd_run.cpp) and its replay mode (run_replay.cpp):
+// the layer to run, from a checkpoint or a preset with random weights.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fp4moe/device.hpp"
+#include "fp4moe/model.hpp"
+#include "fp4moe/reference.hpp"
+
+namespace fp4moe::cli {
+
+struct RunLayer {
+  MoeConfig cfg;
+  MoeWeights weights;
+  std::string source;              // "checkpoint DIR, layer L" or "random nvfp4, seed S"
+  std::vector<std::string> notes;  // how the checkpoint was read
+};
+
+std::string describe_model(const MoeConfig& cfg);
+
+// --input IN --output OUT [--check]: run `layer` on IN's hidden_states (and
+// router_logits) and write what it computed to OUT.
+struct ReplayRequest {
+  std::string input, output;
+  bool check = false;
+  bool deterministic = false;
+};
+void replay_on_gpu(const RunLayer& layer, const ReplayRequest& r, const DeviceInfo& dev);
+void replay_on_cpu(const RunLayer& layer, const ReplayRequest& r, const std::string& why_no_gpu);
+
+}  // namespace fp4moe::cli

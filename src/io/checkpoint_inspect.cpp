@@ -1,0 +1,182 @@
+// inspect_checkpoint: what a checkpoint (or one .safetensors file) holds,
+// tensors grouped by name pattern, and what fp4moe would do with it. Reads
+// headers and JSON only, never the tensors' data.
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "fp4moe/checkpoint.hpp"
+#include "fp4moe/error.hpp"
+#include "io/modelopt.hpp"
+
+namespace fp4moe {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string human_bytes(int64_t b) {
+  std::ostringstream os;
+  os.precision(3);
+  if (b >= (int64_t(1) << 30)) os << double(b) / double(int64_t(1) << 30) << " GiB";
+  else if (b >= (int64_t(1) << 20)) os << double(b) / double(1 << 20) << " MiB";
+  else os << b << " bytes";
+  return os.str();
+}
+
+// "{3..60}" for a contiguous set, "{0, 2, 5}" otherwise (long lists cut).
+std::string number_set(const std::set<int64_t>& s) {
+  std::ostringstream os;
+  if (s.size() == 1) {
+    os << *s.begin();
+  } else if (*s.rbegin() - *s.begin() + 1 == int64_t(s.size())) {
+    os << '{' << *s.begin() << ".." << *s.rbegin() << '}';
+  } else {
+    int shown = 0;
+    os << '{';
+    for (int64_t v : s) {
+      if (shown == 6) {
+        os << ", ...";
+        break;
+      }
+      os << (shown++ ? ", " : "") << v;
+    }
+    os << '}';
+  }
+  return os.str();
+}
+
+// Tensors grouped by name with the numeric components taken out, plus dtype and shape.
+struct Group {
+  std::vector<std::set<int64_t>> numbers;
+  int64_t count = 0, bytes = 0;
+};
+std::vector<std::string> grouped_lines(const io::TensorStore& store) {
+  std::map<std::string, Group> groups;  // key: pattern with '#' per number, dtype, shape
+  std::map<std::string, std::string> shown;
+  for (const std::string& name : store.names()) {
+    const io::TensorInfo& t = *store.get(name).info;
+    std::string pattern;
+    std::vector<int64_t> numbers;
+    std::istringstream parts(name);
+    for (std::string part; std::getline(parts, part, '.');) {
+      const bool numeric = !part.empty() && part.size() < 10 && part.find_first_not_of("0123456789") == std::string::npos;
+      if (!pattern.empty()) pattern += '.';
+      pattern += numeric ? std::string("#") : part;
+      if (numeric) numbers.push_back(std::stoll(part));
+    }
+    const std::string key = pattern + "  " + io::dtype_name(t.dtype) + " " + io::shape_string(t.shape);
+    Group& g = groups[key];
+    g.numbers.resize(numbers.size());
+    for (size_t i = 0; i < numbers.size(); ++i) g.numbers[i].insert(numbers[i]);
+    g.count += 1;
+    g.bytes += int64_t(t.bytes());
+    shown[key] = pattern;
+  }
+  std::vector<std::string> lines;
+  for (const auto& [key, g] : groups) {
+    std::string text = key;
+    for (const std::set<int64_t>& s : g.numbers) text.replace(text.find('#'), 1, number_set(s));
+    std::ostringstream line;
+    line << "  " << text;
+    if (g.count > 1) line << "  x" << g.count;
+    line << "  (" << human_bytes(g.bytes) << ")";
+    lines.push_back(line.str());
+  }
+  return lines;
+}
+
+std::string describe_config(const MoeConfig& c) {
+  std::ostringstream os;
+  os << c.name << ": H " << c.hidden << ", I " << c.intermediate << ", E " << c.num_experts << ", top-" << c.top_k << ", "
+     << (c.scoring == Scoring::sigmoid ? "sigmoid" : "softmax") << (c.use_correction_bias ? " + correction bias" : "")
+     << (c.n_group > 1 ? ", " + std::to_string(c.n_group) + " groups (top " + std::to_string(c.topk_group) + ")" : "")
+     << (c.renormalize ? ", renormalized" : "") << ", scale " << c.routed_scaling_factor
+     << (c.shared_expert ? ", shared expert I " + std::to_string(c.shared_intermediate) : "");
+  return os.str();
+}
+
+void describe_directory(const std::string& path, const io::TensorStore& store, CheckpointSummary& s) {
+  const std::string config = (fs::path(path) / io::modelopt::kModelConfigFile).string();
+  bool config_ok = false;
+  try {
+    s.lines.push_back("config.json: " + describe_config(config_from_hf_json(config)));
+    config_ok = true;
+  } catch (const Error& e) {
+    s.lines.push_back(std::string("config.json: unusable: ") + e.what());
+  }
+  bool quant_config = false;
+  try {
+    quant_config = io::modelopt::has_quant_config(path);
+    s.lines.push_back("quantization: " + (quant_config ? "NVFP4, group 16 (" + io::modelopt::require_nvfp4_quant_config(path) + ")"
+                                                       : std::string("none (no hf_quant_config.json)")));
+    s.nvfp4 = quant_config;
+  } catch (const Error& e) {
+    s.lines.push_back(std::string("quantization: unusable: ") + e.what());
+  }
+  s.moe_layers = io::modelopt::moe_layers(store.names());
+  if (s.moe_layers.empty()) {
+    s.lines.push_back("fp4moe: no MoE layers (model.layers.{L}.mlp.experts.{e}.*): nothing to run or quantize");
+    return;
+  }
+  const std::string layers = number_set({s.moe_layers.begin(), s.moe_layers.end()});
+  const std::string first = std::to_string(s.moe_layers.front());
+  if (s.nvfp4 && config_ok) {
+    s.lines.push_back("fp4moe: MoE layers " + layers + " load as NVFP4 (W4A16: input_scale unused); e.g. `fp4moe run --checkpoint " +
+                      path + " --layer " + first + "` runs layer " + first + " (GPU, or the CPU reference without one)");
+  } else if (!quant_config && config_ok) {
+    int64_t n = 0;
+    for (const std::string& name : store.names()) {
+      const auto e = io::modelopt::parse_expert_tensor_name(name);
+      n += e && e->field == "weight";
+    }
+    s.lines.push_back("fp4moe: MoE layers " + layers + ", not quantized: `fp4moe quantize --in " + path +
+                      " --out DIR` makes NVFP4 of their " + std::to_string(n) + " expert weight tensors");
+  } else {
+    s.lines.push_back("fp4moe: MoE layers " + layers + ", but the files above must be fixed before fp4moe can use them");
+  }
+}
+
+void describe_file(const std::string& path, const io::TensorStore& store, CheckpointSummary& s) {
+  if (store.contains("hidden_states")) {
+    const io::TensorInfo& h = *store.get("hidden_states").info;
+    s.lines.push_back("fp4moe: a replay input (hidden_states " + std::string(io::dtype_name(h.dtype)) + " " +
+                      io::shape_string(h.shape) + (store.contains("router_logits") ? ", router_logits" : "") +
+                      "): `fp4moe run --checkpoint DIR --layer L --input " + path + " --output OUT.safetensors`");
+  } else if (store.contains("output") && store.contains("topk_ids")) {
+    s.lines.push_back("fp4moe: a replay output (output, topk_ids, topk_weights" +
+                      std::string(store.contains("reference_output") ? ", reference_output, error" : "") + ")");
+  }
+}
+
+}  // namespace
+
+CheckpointSummary inspect_checkpoint(const std::string& path, bool every_tensor) {
+  FP4MOE_CHECK(fs::exists(path), path << ": no such file or directory");
+  const io::TensorStore store = io::TensorStore::open(path);
+  CheckpointSummary s;
+  for (const std::string& name : store.names()) s.bytes += int64_t(store.get(name).info->bytes());
+  s.tensors = int64_t(store.names().size());
+  const bool dir = fs::is_directory(path);
+  s.lines.push_back(path + ": " + (dir ? "checkpoint directory, " : "safetensors file, ") + std::to_string(store.files().size()) +
+                    " file(s), " + std::to_string(s.tensors) + " tensors, " + human_bytes(s.bytes));
+  for (const auto& f : store.files()) {
+    std::string meta;
+    for (const auto& [k, v] : f->layout().metadata) meta += (meta.empty() ? " metadata {" : ", ") + k + ": " + v;
+    s.lines.push_back("  " + f->path() + "  " + human_bytes(int64_t(f->size())) + (meta.empty() ? "" : meta + "}"));
+  }
+  s.lines.push_back("tensors" + std::string(every_tensor ? ":" : " (numbers in names grouped):"));
+  if (every_tensor) {
+    for (const std::string& name : store.names()) {
+      const io::TensorRef t = store.get(name);
+      s.lines.push_back("  " + name + "  " + io::dtype_name(t.info->dtype) + " " + io::shape_string(t.info->shape));
+    }
+  } else {
+    for (std::string& l : grouped_lines(store)) s.lines.push_back(std::move(l));
+  }
+  if (dir) describe_directory(path, store, s);
+  else describe_file(path, store, s);
+  return s;
+}
+
+}  // namespace fp4moe
