@@ -200,6 +200,11 @@ int main(int argc, char** argv) {
         const float alpha = 1.f, beta = 0.f;
         if (skip_peers) {
           fmt::print("{} T={} tile {}: {:.4f} ms\n", g.name, T, plan::decode_tile_name(best_tile), best.median_ms);
+          cases.push_back({{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
+                           {"bytes", bytes}, {"flops", flops}, {"floor_ms", floor_ms},
+                           {"best_tile", plan::decode_tile_name(best_tile)}, {"median_ms", best.median_ms},
+                           {"min_ms", best.min_ms}, {"max_ms", best.max_ms},
+                           {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12}, {"tiles", tiles}});
           continue;
         }
         FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));

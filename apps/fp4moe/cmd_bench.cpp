@@ -128,6 +128,8 @@ void run_bench(const BenchOptions& o) {
     }
     return write_outputs(report, o.out);
   }
+  for (int64_t t : o.tokens) FP4MOE_CHECK(t >= 1, "--tokens " << t << " must be at least 1");
+  FP4MOE_CHECK(!o.tokens.empty(), "--tokens: no token counts given");
   std::string why;
   const auto devs = list_devices(&why);
   if (devs.empty()) return bench_without_gpu(o, why);
