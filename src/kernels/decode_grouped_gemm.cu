@@ -70,6 +70,25 @@ __device__ __forceinline__ uint32_t scaled(uint32_t pattern, __nv_bfloat162 scal
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
+// One lane's A fragment for k16 step t of a 16-row group: the 8 codes of word
+// t of its 16-byte weight load, times the block scales of step8 (its k16 step
+// inside the k128 scale granule) of its two rows. Shared by the mma.sync and
+// the warpgroup paths: both take the same register fragment.
+__device__ __forceinline__ void dequant_fragment(const uint4& wq, const uint4& sq, int t, int step8, uint32_t scale_add2,
+                                                 uint32_t a[4]) {
+  const uint32_t word = t == 0 ? wq.x : t == 1 ? wq.y : t == 2 ? wq.z : wq.w;
+  const uint32_t sword = (step8 / 2) == 0 ? sq.x : (step8 / 2) == 1 ? sq.y : (step8 / 2) == 2 ? sq.z : sq.w;
+  const __nv_bfloat162 sc = (step8 % 2) ? scale_operands<2>(sword, scale_add2) : scale_operands<0>(sword, scale_add2);
+  const __nv_bfloat162 s_lo = __bfloat162bfloat162(__low2bfloat16(sc));
+  const __nv_bfloat162 s_hi = __bfloat162bfloat162(__high2bfloat16(sc));
+  uint32_t pat[4];
+  pack::unpack_word(word, pat);
+  a[0] = scaled(pat[0], s_lo);
+  a[1] = scaled(pat[1], s_hi);
+  a[2] = scaled(pat[2], s_lo);
+  a[3] = scaled(pat[3], s_hi);
+}
+
 struct WorkItem {
   int expert, row0, rows, ntile;
 };
@@ -250,17 +269,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 #pragma unroll
           for (int t = 0; t < 4; ++t) {
             const int step8 = (kk % 2) * 4 + t, buf = (kk * 4 + t) % 2;
-            const uint32_t word = t == 0 ? wq.x : t == 1 ? wq.y : t == 2 ? wq.z : wq.w;
-            const uint32_t sword = (step8 / 2) == 0 ? sq.x : (step8 / 2) == 1 ? sq.y : (step8 / 2) == 2 ? sq.z : sq.w;
-            const __nv_bfloat162 sc = (step8 % 2) ? scale_operands<2>(sword, p.scale_add2) : scale_operands<0>(sword, p.scale_add2);
-            const __nv_bfloat162 s_lo = __bfloat162bfloat162(__low2bfloat16(sc));
-            const __nv_bfloat162 s_hi = __bfloat162bfloat162(__high2bfloat16(sc));
-            uint32_t pat[4];
-            pack::unpack_word(word, pat);
-            a[buf][0] = scaled(pat[0], s_lo);
-            a[buf][1] = scaled(pat[1], s_hi);
-            a[buf][2] = scaled(pat[2], s_lo);
-            a[buf][3] = scaled(pat[3], s_hi);
+            dequant_fragment(wq, sq, t, step8, p.scale_add2, a[buf]);
 #pragma unroll
             for (int q = 0; q < 4; ++q) wgmma::fence_operand(a[buf][q]);
             // k16 step kk*4+t of the stage: 64-element atom (kk*4+t)/4 = kk, 32 bytes per k16 inside it.
@@ -296,17 +305,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
           uint32_t a[MT][4];
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            const uint32_t word = t == 0 ? wq[mt].x : t == 1 ? wq[mt].y : t == 2 ? wq[mt].z : wq[mt].w;
-            const uint32_t sword = (step8 / 2) == 0 ? sq[mt].x : (step8 / 2) == 1 ? sq[mt].y : (step8 / 2) == 2 ? sq[mt].z : sq[mt].w;
-            const __nv_bfloat162 sc = (step8 % 2) ? scale_operands<2>(sword, p.scale_add2) : scale_operands<0>(sword, p.scale_add2);
-            const __nv_bfloat162 s_lo = __bfloat162bfloat162(__low2bfloat16(sc));
-            const __nv_bfloat162 s_hi = __bfloat162bfloat162(__high2bfloat16(sc));
-            uint32_t pat[4];
-            pack::unpack_word(word, pat);
-            a[mt][0] = scaled(pat[0], s_lo);
-            a[mt][1] = scaled(pat[1], s_hi);
-            a[mt][2] = scaled(pat[2], s_lo);
-            a[mt][3] = scaled(pat[3], s_hi);
+            dequant_fragment(wq[mt], sq[mt], t, step8, p.scale_add2, a[mt]);
           }
           const int kofs = kk * 64 + t * 16;
 #pragma unroll
