@@ -203,3 +203,21 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
 
 }  // namespace
 }  // namespace fp4moe
+
+namespace fp4moe {
+namespace {
+
+// Small enough for compute-sanitizer (memcheck, racecheck) on the warpgroup path.
+TEST(GpuDecodeGemm, WarpgroupTilesSmallCase) {
+  FP4MOE_REQUIRE_GPU();
+  const plan::SmemBudget budget = device_capacity();
+  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
+    if (!plan::kDecodeTiles[tile].wgmma || !plan::plan_decode_tile(tile, 128, 256, budget).fits) continue;
+    const CaseResult r = run_case(Fp4Format::nvfp4, 128, 256, {65, 0, 3, 130}, tile, budget, 5 + tile);
+    EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile);
+    EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile);
+  }
+}
+
+}  // namespace
+}  // namespace fp4moe
