@@ -207,6 +207,18 @@ void add_suggestions(Report& r) {
     return os.str();
   };
   auto fits = [&](const Model& m) { return m.builder.stages >= kMinStages && m.kernel.total <= limit; };
+  // A suggestion for an alternative configuration, as the model sees it.
+  auto propose = [&](const char* kind, const Config& alt, std::string text) {
+    const Model m = model(alt);
+    Suggestion sg;
+    sg.kind = kind;
+    sg.config = alt;
+    sg.stages = m.builder.stages;
+    sg.smem_bytes = m.kernel.total;
+    sg.fits = fits(m);
+    sg.text = std::move(text) + describe(m);
+    r.suggestions.push_back(sg);
+  };
 
   // 1. An explicit lower stage count (StageCount<n> instead of StageCountAutoCarveout).
   {
@@ -241,49 +253,23 @@ void add_suggestions(Report& r) {
   if (c.epilogue == Epilogue::finalize) {
     Config n = c;
     n.epilogue = Epilogue::none;
-    const Model m = model(n);
-    Suggestion sg;
-    sg.kind = "split_finalize";
-    sg.config = n;
-    sg.stages = m.builder.stages;
-    sg.smem_bytes = m.kernel.total;
-    sg.fits = fits(m);
+    const std::int64_t freed_from = r.model.epilogue.total, freed_to = model(n).epilogue.total;
     std::ostringstream os;
-    os << "split finalize (epilogue NONE + a separate finalize pass): the epilogue storage drops from "
-       << r.model.epilogue.total << " to " << m.epilogue.total << " bytes (frees "
-       << (r.model.epilogue.total - m.epilogue.total) << "); " << describe(m);
-    sg.text = os.str();
-    r.suggestions.push_back(sg);
+    os << "split finalize (epilogue NONE + a separate finalize pass): the epilogue storage drops from " << freed_from
+       << " to " << freed_to << " bytes (frees " << (freed_from - freed_to) << "); ";
+    propose("split_finalize", n, os.str());
   }
   // 3. swap_ab.
   {
     Config s = c;
     s.swap_ab = !c.swap_ab;
-    const Model m = model(s);
-    Suggestion sg;
-    sg.kind = "swap_ab";
-    sg.config = s;
-    sg.stages = m.builder.stages;
-    sg.smem_bytes = m.kernel.total;
-    sg.fits = fits(m);
-    sg.text = std::string(s.swap_ab ? "swap_ab" : "without swap_ab") + ": " + describe(m);
-    r.suggestions.push_back(sg);
+    propose("swap_ab", s, std::string(s.swap_ab ? "swap_ab" : "without swap_ab") + ": ");
   }
   // 4. A smaller K tile.
   {
     Config s = c;
     s.tile_k = c.tile_k / 2;
-    if (validate(s).ok()) {
-      const Model m = model(s);
-      Suggestion sg;
-      sg.kind = "smaller_k";
-      sg.config = s;
-      sg.stages = m.builder.stages;
-      sg.smem_bytes = m.kernel.total;
-      sg.fits = fits(m);
-      sg.text = "K tile " + std::to_string(s.tile_k) + " (" + tile_string(s) + "): " + describe(m);
-      r.suggestions.push_back(sg);
-    }
+    if (validate(s).ok()) propose("smaller_k", s, "K tile " + std::to_string(s.tile_k) + " (" + tile_string(s) + "): ");
   }
 }
 
