@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -19,7 +20,7 @@
 #include "kernels/decode_grouped_gemm.hpp"
 #include "plan/decode_plan.hpp"
 #include "runtime/ceilings.hpp"
-#include "runtime/cublas_check.hpp"
+#include "runtime/cublas_peer.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/timing.hpp"
 
@@ -102,11 +103,6 @@ int main(int argc, char** argv) {
 
     cudaStream_t stream;
     FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream));
-    cublasHandle_t blas;
-    FP4MOE_CUBLAS_CHECK(cublasCreate(&blas));
-    FP4MOE_CUBLAS_CHECK(cublasSetStream(blas, stream));
-    DeviceBuffer<uint8_t> blas_ws(size_t(64) << 20);
-    FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_ws.get(), blas_ws.bytes()));
 
     json report;
     report["device"] = dev.name;
@@ -127,9 +123,10 @@ int main(int argc, char** argv) {
       fill_random_bytes(s.get(), int64_t(s.size()), 12, 0x40, 0x60, stream);  // prepared UE5M3 scales in [2^-1, 2^3]
       std::vector<float> gs(size_t(E), 1.0f / 512);
       DeviceBuffer<float> dgs(gs);
-      // The same weights as bf16 for cuBLAS (values differ; the bytes moved are what matter).
-      DeviceBuffer<__nv_bfloat16> wb(size_t(E * g.n * g.k));
-      fill_random_bf16(wb.get(), int64_t(wb.size()), 13, 0.02f, stream);
+      // The same shapes as bf16 for cuBLAS (values differ; the bytes moved are what matter).
+      std::unique_ptr<CublasGroupedPeer> peer;
+      if (!skip_peers) peer = std::make_unique<CublasGroupedPeer>(E, std::vector<CublasGroupedPeer::Shape>{{g.n, g.k}},
+                                                                  max_t * cfg.top_k, stream);
       const int64_t xrows = g.gathered ? max_t : max_t * cfg.top_k;
       DeviceBuffer<__nv_bfloat16> x(size_t(xrows * g.k)), y(size_t(max_t * cfg.top_k * g.n));
       fill_random_bf16(x.get(), int64_t(x.size()), 14, 1.f, stream);
@@ -194,10 +191,6 @@ int main(int argc, char** argv) {
           }
         }
 
-        // cuBLAS bf16 per expert on the permuted (pre-gathered) rows, captured in a graph.
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        const float alpha = 1.f, beta = 0.f;
         if (skip_peers) {
           fmt::print("{} T={} tile {}: {:.4f} ms\n", g.name, T, plan::decode_tile_name(best_tile), best.median_ms);
           cases.push_back({{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
@@ -207,22 +200,8 @@ int main(int argc, char** argv) {
                            {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12}, {"tiles", tiles}});
           continue;
         }
-        FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        for (int64_t e = 0; e < E; ++e) {
-          const int rows = rb.counts[size_t(e)];
-          if (!rows) continue;
-          const int64_t r0 = rb.offsets[size_t(e)];
-          const __nv_bfloat16* xe = x.get() + (g.gathered ? 0 : r0) * g.k;  // GEMM1: contiguous stand-in rows
-          FP4MOE_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(g.n), rows, int(g.k), &alpha,
-                                           wb.get() + e * g.n * g.k, CUDA_R_16BF, int(g.k), xe, CUDA_R_16BF, int(g.k),
-                                           &beta, y.get() + r0 * g.n, CUDA_R_16BF, int(g.n), CUBLAS_COMPUTE_32F,
-                                           CUBLAS_GEMM_DEFAULT));
-        }
-        FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-        FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        const TimingStats tb = time_on_stream([&] { FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream, 3, std::max(5, reps / 5));
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
+        // cuBLAS bf16 per expert on contiguous (pre-gathered) rows, captured in a graph.
+        const TimingStats tb = peer->time(0, rb.counts, std::max(5, reps / 5));
 
         json c = {{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
                   {"active_experts", rb.active}, {"max_rows_per_expert", rb.max_rows}, {"bytes", bytes},
@@ -244,7 +223,6 @@ int main(int argc, char** argv) {
     }
     report["cases"] = cases;
     std::ofstream(out_path) << report.dump(1) << "\n";
-    cublasDestroy(blas);
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_decode_gemm: error: {}\n", e.what());

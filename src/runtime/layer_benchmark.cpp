@@ -10,7 +10,7 @@
 
 #include "fp4moe/device.hpp"
 #include "fp4moe/error.hpp"
-#include "runtime/cublas_check.hpp"
+#include "runtime/cublas_peer.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/timing.hpp"
@@ -24,55 +24,6 @@ struct GemmShape {
   const char* name;
   int64_t n, k;
   bool routed;  // routed experts (counts per expert) or the shared expert (every token)
-};
-
-// cuBLAS bf16 on bf16 weights, one GEMM per active expert, captured in a graph.
-class CublasPeer {
- public:
-  CublasPeer(const MoeConfig& cfg, int64_t max_pairs, cudaStream_t s) : stream_(s) {
-    FP4MOE_CUBLAS_CHECK(cublasCreate(&h_));
-    FP4MOE_CUBLAS_CHECK(cublasSetStream(h_, s));
-    ws_.resize(size_t(32) << 20);
-    FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(h_, ws_.get(), ws_.bytes()));
-    const int64_t E = cfg.num_experts, H = cfg.hidden, I = cfg.intermediate;
-    w1_.resize(size_t(E * 2 * I * H));
-    w2_.resize(size_t(E * H * I));
-    x_.resize(size_t(max_pairs * std::max(H, I)));
-    y_.resize(size_t(max_pairs * std::max(2 * I, H)));
-    fill_random_bf16(w1_.get(), int64_t(w1_.size()), 31, 0.02f, s);
-    fill_random_bf16(w2_.get(), int64_t(w2_.size()), 32, 0.02f, s);
-    fill_random_bf16(x_.get(), int64_t(x_.size()), 33, 1.f, s);
-  }
-  ~CublasPeer() { cublasDestroy(h_); }
-
-  TimingStats time(bool first_gemm, int64_t n, int64_t k, const std::vector<int32_t>& counts, int reps) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    const float alpha = 1.f, beta = 0.f;
-    const __nv_bfloat16* w = first_gemm ? w1_.get() : w2_.get();
-    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    int64_t row = 0;
-    for (size_t e = 0; e < counts.size(); ++e) {
-      if (!counts[e]) continue;
-      FP4MOE_CUBLAS_CHECK(cublasGemmEx(h_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), counts[e], int(k), &alpha,
-                                       w + int64_t(e) * n * k, CUDA_R_16BF, int(k), x_.get() + row * k, CUDA_R_16BF,
-                                       int(k), &beta, y_.get() + row * n, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
-      row += counts[e];
-    }
-    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
-    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-    const TimingStats t = time_on_stream([&] { FP4MOE_CUDA_CHECK(cudaGraphLaunch(ge, stream_)); }, stream_, 3, reps);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    return t;
-  }
-
- private:
-  cudaStream_t stream_;
-  cublasHandle_t h_ = nullptr;
-  DeviceBuffer<uint8_t> ws_;
-  DeviceBuffer<__nv_bfloat16> w1_, w2_, x_, y_;
 };
 
 json timing_json(double median, double mn, double mx) { return {{"median_ms", median}, {"min_ms", mn}, {"max_ms", mx}}; }
@@ -99,11 +50,14 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
   FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
   DeviceBuffer<__nv_bfloat16> x(size_t(lo.max_tokens * cfg.hidden)), out(size_t(lo.max_tokens * cfg.hidden));
   fill_random_bf16(x.get(), int64_t(x.size()), 5, 1.f, s);
-  std::unique_ptr<CublasPeer> peer;
+  std::unique_ptr<CublasGroupedPeer> peer;
   std::string peer_note;
   if (o.cublas_peer) {
     try {
-      peer = std::make_unique<CublasPeer>(cfg, lo.max_tokens * cfg.top_k, s);
+      peer = std::make_unique<CublasGroupedPeer>(
+          cfg.num_experts,
+          std::vector<CublasGroupedPeer::Shape>{{2 * cfg.intermediate, cfg.hidden}, {cfg.hidden, cfg.intermediate}},
+          lo.max_tokens * cfg.top_k, s);
     } catch (const Error& e) {
       peer_note = std::string("cuBLAS peer skipped: ") + e.what();
     }
@@ -164,7 +118,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
         gj["floor_fraction"] = roof(bytes, flops) / st->median_ms;
       }
       if (peer) {
-        const TimingStats pt = peer->time(sh.n == 2 * I, sh.n, sh.k, counts, std::max(5, o.reps / 3));
+        const TimingStats pt = peer->time(sh.n == 2 * I ? 0 : 1, counts, std::max(5, o.reps / 3));
         gj["cublas_bf16_ms"] = pt.median_ms;
         if (st != stages.end()) gj["speedup_vs_cublas"] = pt.median_ms / st->median_ms;
       }
