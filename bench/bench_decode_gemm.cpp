@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
   app.add_option("--gemm", only_gemm, "Only this GEMM (gemm1 or gemm2)");
   app.add_option("--tile", only_tile, "Only this tile index (profiling)");
   app.add_flag("--no-peers", skip_peers, "Skip the cuBLAS peer and the diagnostics");
+  bool permuted_gemm1 = false;
+  app.add_flag("--permuted-gemm1", permuted_gemm1,
+               "GEMM1 reads its rows already in expert order (as torch._grouped_mm does) instead of gathering them");
   CLI11_PARSE(app, argc, argv);
   try {
     std::string why;
@@ -95,7 +98,8 @@ int main(int argc, char** argv) {
     const plan::SmemBudget budget{dev.smem_optin_per_block, dev.smem_per_sm, dev.smem_reserved_per_block, dev.cc};
     const MoeConfig cfg = preset("glm5");
     const int64_t E = cfg.num_experts;
-    const Gemm gemms[] = {{"gemm1", 2 * cfg.intermediate, cfg.hidden, true}, {"gemm2", cfg.hidden, cfg.intermediate, false}};
+    const Gemm gemms[] = {{permuted_gemm1 ? "gemm1p" : "gemm1", 2 * cfg.intermediate, cfg.hidden, !permuted_gemm1},
+                          {"gemm2", cfg.hidden, cfg.intermediate, false}};
 
     fmt::print("device: {} (sm_{}, {} SMs)\n", dev.name, dev.cc, dev.sm_count);
     const Ceilings ceil = measure_ceilings();
@@ -144,6 +148,7 @@ int main(int argc, char** argv) {
         a.k = g.k;
         a.x = x.get();
         a.gather = g.gathered ? dgather.get() : nullptr;
+        a.x_rows = g.gathered ? 0 : rb.pairs;  // GEMM2 reads the permuted rows in order: TMA for warp-specialized tiles
         a.expert_offsets = doff.get();
         a.y = y.get();
 
@@ -160,7 +165,8 @@ int main(int argc, char** argv) {
         json tiles = json::array();
         double best_ms = 1e30;
         int best_tile = -1;
-        double default_ms = 0;
+        double default_ms = 0, best_mma_sync_ms = 1e30;
+        int best_mma_sync = -1;
         for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
           if (!all_tiles && tile != def_tile) continue;
           if (only_tile >= 0 && tile != only_tile) continue;
@@ -172,6 +178,8 @@ int main(int argc, char** argv) {
                            {"min_ms", t.min_ms}, {"max_ms", t.max_ms}});
           if (t.median_ms < best_ms) best_ms = t.median_ms, best_tile = tile;
           if (tile == def_tile) default_ms = t.median_ms;
+          if (!plan::kDecodeTiles[tile].wgmma && t.median_ms < best_mma_sync_ms)
+            best_mma_sync_ms = t.median_ms, best_mma_sync = tile;
         }
         const TimingStats best = [&] {
           const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, budget);
@@ -211,7 +219,11 @@ int main(int argc, char** argv) {
                   {"tb_per_s", bytes / (best.median_ms * 1e-3) / 1e12},
                   {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12},
                   {"floor_fraction", floor_ms / best.median_ms}, {"cublas_bf16_ms", tb.median_ms},
-                  {"speedup_vs_cublas", tb.median_ms / best.median_ms}, {"tiles", tiles}, {"diagnostics", diag},
+                  {"speedup_vs_cublas", tb.median_ms / best.median_ms},
+                  {"dense_fraction", flops / (best.median_ms * 1e-3) / 1e12 / ceil.bf16_tflop_per_s},
+                  {"best_mma_sync_tile", best_mma_sync >= 0 ? plan::decode_tile_name(best_mma_sync) : std::string("none")},
+                  {"speedup_vs_mma_sync", best_mma_sync >= 0 ? best_mma_sync_ms / best.median_ms : 0.0},
+                  {"tiles", tiles}, {"diagnostics", diag},
                   {"counts", rb.counts}};
         cases.push_back(c);
         fmt::print("{} T={:5d} active {:3d} max/expert {:4d}  {:8.4f} ms ({})  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  cuBLAS {:8.4f} ms ({:4.2f}x)  loads-only {:.4f} compute-only {:.4f}\n",

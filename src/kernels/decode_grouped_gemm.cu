@@ -23,6 +23,8 @@
 #include "format/prepare_decode.hpp"
 #include "fp4moe/device.hpp"
 #include "kernels/decode_grouped_gemm.hpp"
+#include "kernels/grouped_gemm_common.cuh"
+#include "kernels/grouped_gemm_ws.hpp"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/wgmma_sm90.cuh"
 #include "plan/arch.hpp"
@@ -36,66 +38,11 @@ namespace {
 
 using plan::DecodeSmemLayout;
 
-struct KernelParams {
-  const uint8_t* weights;
-  const uint8_t* scales;
-  const float* dequant_scale;
-  const __nv_bfloat16* x;
-  const int32_t* gather;
-  const int32_t* expert_offsets;
-  __nv_bfloat16* y;
-  float* accumulate;
-  const int32_t* permuted_pair;
-  const float* topk_weights;
-  int64_t n, k;
-  int epilogue;  // DecodeEpilogue
-  int scale_parts, top_k;
-  int num_experts;
-  int stages;
-  uint32_t scale_add2;  // (exponent_add << 7) in both bf16 halves
-  int debug_mode;       // 0 normal; benchmark diagnostics: 1 loads only, 2 compute only
-};
-
-// Prepared scale bytes Lo and Lo+1 of a 4-byte word (rows r and r+8 of one k16
-// step) -> bf16 operands s * 2^116 in the low and high half: one byte permute and
-// one multiply-add (decode_pack.hpp); the multiplies pick a half (.H0_H0 / .H1_H1).
-template <int Lo>
-__device__ __forceinline__ __nv_bfloat162 scale_operands(uint32_t word, uint32_t add2) {
-  const uint32_t v = pack::scale_operands(__byte_perm(word, 0u, 0x4040u | Lo | ((Lo + 1) << 8)), 0) + add2;
-  return *reinterpret_cast<const __nv_bfloat162*>(&v);
-}
-
-__device__ __forceinline__ uint32_t scaled(uint32_t pattern, __nv_bfloat162 scale) {
-  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&pattern), scale);
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-
-// One lane's A fragment for k16 step t of a 16-row group: the 8 codes of word
-// t of its 16-byte weight load, times the block scales of step8 (its k16 step
-// inside the k128 scale granule) of its two rows. Shared by the mma.sync and
-// the warpgroup paths: both take the same register fragment.
-__device__ __forceinline__ void dequant_fragment(const uint4& wq, const uint4& sq, int t, int step8, uint32_t scale_add2,
-                                                 uint32_t a[4]) {
-  const uint32_t word = t == 0 ? wq.x : t == 1 ? wq.y : t == 2 ? wq.z : wq.w;
-  const uint32_t sword = (step8 / 2) == 0 ? sq.x : (step8 / 2) == 1 ? sq.y : (step8 / 2) == 2 ? sq.z : sq.w;
-  const __nv_bfloat162 sc = (step8 % 2) ? scale_operands<2>(sword, scale_add2) : scale_operands<0>(sword, scale_add2);
-  const __nv_bfloat162 s_lo = __bfloat162bfloat162(__low2bfloat16(sc));
-  const __nv_bfloat162 s_hi = __bfloat162bfloat162(__high2bfloat16(sc));
-  uint32_t pat[4];
-  pack::unpack_word(word, pat);
-  a[0] = scaled(pat[0], s_lo);
-  a[1] = scaled(pat[1], s_hi);
-  a[2] = scaled(pat[2], s_lo);
-  a[3] = scaled(pat[3], s_hi);
-}
-
-struct WorkItem {
-  int expert, row0, rows, ntile;
-};
+using namespace detail;
 
 template <int TileIndex>
 __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan::kDecodeTiles[TileIndex].ctas_per_sm)
-    decode_grouped_gemm_kernel(const KernelParams p) {
+    decode_grouped_gemm_kernel(const KernelParams p, const __grid_constant__ CUtensorMap /*unused: cp.async loads*/) {
   constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];
   constexpr DecodeSmemLayout L{T};
   constexpr int kThreads = T.threads();
@@ -110,32 +57,16 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 
   extern __shared__ __align__(128) uint8_t smem[];
   const int stages = p.stages;
-  int32_t* tile_prefix = reinterpret_cast<int32_t*>(smem + L.scheduler_offset(stages));
+  int32_t* tile_prefix = reinterpret_cast<int32_t*>(smem + L.prefix_offset(stages));
   // Two buffers of gathered row indices: the loader runs up to one item ahead.
-  int32_t* item_rows = tile_prefix + DecodeSmemLayout::kMaxExperts + 1;
+  int32_t* item_rows = reinterpret_cast<int32_t*>(smem + L.row_index_offset(stages));
   float* epi = reinterpret_cast<float*>(smem + L.epilogue_offset(stages));
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int E = p.num_experts;
 
   // ---- scheduler: token chunks per expert, prefix-summed in shared memory ----
-  if (tid == 0) tile_prefix[0] = 0;
-  if (warp == 0) {
-    int carry = 0;
-    for (int base = 0; base < E; base += 32) {
-      const int e = base + lane;
-      int c = 0;
-      if (e < E) c = (p.expert_offsets[e + 1] - p.expert_offsets[e] + T.nt - 1) / T.nt;
-      int incl = c;
-#pragma unroll
-      for (int o = 1; o < 32; o *= 2) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-      }
-      if (e < E) tile_prefix[e + 1] = carry + incl;
-      carry += __shfl_sync(0xffffffffu, incl, 31);
-    }
-  }
+  if (warp == 0) build_chunk_prefix<T.nt>(tile_prefix, p.expert_offsets, E, lane);
   __syncthreads();
   const int total_chunks = tile_prefix[E];
   const int n_tiles = static_cast<int>(p.n / T.bm);
@@ -151,19 +82,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // Chunk-minor order: the chunks of one expert and N tile run side by side, so
   // its weights come from DRAM once and from L2 for the other chunks.
   auto work_item = [&](int j) {
-    const int item = blockIdx.x + j * gridDim.x;
-    const int chunk = item % total_chunks;
-    WorkItem w;
-    w.ntile = item / total_chunks;
-    int lo = 0, hi = E;  // last e with tile_prefix[e] <= chunk
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (tile_prefix[mid] <= chunk) lo = mid; else hi = mid;
-    }
-    w.expert = lo;
-    w.row0 = p.expert_offsets[lo] + (chunk - tile_prefix[lo]) * T.nt;
-    w.rows = min(T.nt, p.expert_offsets[lo + 1] - w.row0);
-    return w;
+    return detail::work_item<T.nt, false>(blockIdx.x + j * gridDim.x, tile_prefix, p.expert_offsets, E, total_chunks,
+                                          n_tiles);
   };
   auto stage_rows = [&](int j) {  // gathered activation rows of item j, for the loader
     const WorkItem w = work_item(j);
@@ -275,8 +195,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
             // k16 step kk*4+t of the stage: 64-element atom (kk*4+t)/4 = kk, 32 bytes per k16 inside it.
             const uint64_t desc = wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32);
             wgmma::fence();
-            if constexpr (T.nt == 128) wgmma::wgmma_m64n128k16_bf16_rs(reinterpret_cast<float(&)[64]>(acc[0][0][0][0]), a[buf], desc);
-            else wgmma::wgmma_m64n64k16_bf16_rs(reinterpret_cast<float(&)[32]>(acc[0][0][0][0]), a[buf], desc);
+            wgmma::mma_rs<T.nt>(reinterpret_cast<float(&)[T.nt / 2]>(acc[0][0][0][0]), a[buf], desc);
             wgmma::commit_group();
             wgmma::wait_group<1>();  // the previous step's wgmma is done: its A buffer may be rewritten
           }
@@ -340,73 +259,32 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     for (int mt = 0; mt < MT; ++mt) {
       const int f = (warp * MT + mt) * 16 + lane / 4;
       // rows f and f+8 share a 16-row group, hence a dequant scale part
-      const float gs = p.dequant_scale[w.expert * p.scale_parts + ((w.ntile * T.bm + f) / 16) % p.scale_parts];
+      const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + f);
 #pragma unroll
       for (int jn = 0; jn < NT8; ++jn) {
         float v[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) v[q] = kAccSets == 2 ? acc[0][mt][jn][q] + acc[kAccSets - 1][mt][jn][q] : acc[0][mt][jn][q];
-        const int tok = jn * 8 + (lane % 4) * 2;
-        epi[tok * kEpiStride + f] = v[0] * gs;
-        epi[(tok + 1) * kEpiStride + f] = v[1] * gs;
-        epi[tok * kEpiStride + f + 8] = v[2] * gs;
-        epi[(tok + 1) * kEpiStride + f + 8] = v[3] * gs;
+        stage_fragment(epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
       }
     }
     clear_acc();
     __syncthreads();
-    if (p.epilogue == int(DecodeEpilogue::swiglu)) {
-      constexpr int kPieces = T.bm / 2 / 8;  // 8 output columns per piece
-      const int64_t ld = p.n / 2;
-#pragma unroll 1
-      for (int i = tid; i < w.rows * kPieces; i += kThreads) {
-        const int r = i / kPieces, j0 = (i % kPieces) * 8;
-        const int g = (j0 / 16) * 32 + j0 % 16;  // gate row of output column j0; its up row is g + 16
-        const float* er = epi + r * kEpiStride;
-        uint4 o;
-        __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float g0 = er[g + 2 * q], g1 = er[g + 2 * q + 1];
-          ob[q] = __floats2bfloat162_rn(g0 / (1.f + __expf(-g0)) * er[g + 16 + 2 * q],
-                                        g1 / (1.f + __expf(-g1)) * er[g + 16 + 2 * q + 1]);
-        }
-        *reinterpret_cast<uint4*>(p.y + int64_t(w.row0 + r) * ld + int64_t(w.ntile) * (T.bm / 2) + j0) = o;
-      }
-    } else if (p.epilogue == int(DecodeEpilogue::scatter_add)) {
-      constexpr int kPieces = T.bm / 4;  // 4 columns per piece
-#pragma unroll 1
-      for (int i = tid; i < w.rows * kPieces; i += kThreads) {
-        const int r = i / kPieces, c0 = (i % kPieces) * 4;
-        const int32_t pair = p.permuted_pair[w.row0 + r];
-        const float wt = p.topk_weights[pair];
-        float* dst = p.accumulate + int64_t(pair / p.top_k) * p.n + int64_t(w.ntile) * T.bm + c0;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * epi[r * kEpiStride + c0 + q]);
-      }
-    } else {
-      constexpr int kPieces = T.bm / 8;
-#pragma unroll 1
-      for (int i = tid; i < w.rows * kPieces; i += kThreads) {
-        const int r = i / kPieces, c0 = (i % kPieces) * 8;
-        const float* er = epi + r * kEpiStride + c0;
-        uint4 o;
-        __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) ob[q] = __floats2bfloat162_rn(er[2 * q], er[2 * q + 1]);
-        *reinterpret_cast<uint4*>(p.y + int64_t(w.row0 + r) * p.n + int64_t(w.ntile) * T.bm + c0) = o;
-      }
-    }
+    write_staged_tile<T.bm, kThreads>(p, w, epi, kEpiStride, int64_t(w.ntile) * T.bm, tid);
     // The staging tile is rewritten KT barriers later; nothing else waits here.
   }
   ptx::cp_async_wait<0>();
 }
 
-using KernelFn = void (*)(KernelParams);
-
+// Warp-specialized tiles come from grouped_gemm_ws_sm90.cu (ws_kernel).
+template <int I>
+constexpr KernelFn kernel_entry() {
+  if constexpr (plan::kDecodeTiles[I].warp_specialized) return nullptr;
+  else return &decode_grouped_gemm_kernel<I>;
+}
 template <int... I>
 constexpr std::array<KernelFn, sizeof...(I)> make_kernel_table(std::integer_sequence<int, I...>) {
-  return {&decode_grouped_gemm_kernel<I>...};
+  return {kernel_entry<I>()...};
 }
 constexpr auto kKernels = make_kernel_table(std::make_integer_sequence<int, plan::kNumDecodeTiles>{});
 
@@ -455,7 +333,8 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
   const plan::SmemPlan pl = plan::plan_decode_tile(launch.tile, a.n, a.k, dev.budget, launch.stages);
   FP4MOE_CHECK(pl.fits, "decode GEMM: the planner rejects this launch: " << pl.explanation);
   const int64_t smem = pl.smem_bytes;
-  const KernelFn fn = kKernels[static_cast<size_t>(launch.tile)];
+  const plan::DecodeTile& tile = plan::kDecodeTiles[launch.tile];
+  const KernelFn fn = tile.warp_specialized ? ws_kernel(launch.tile) : kKernels[static_cast<size_t>(launch.tile)];
   DeviceState& ds = dev;
   const size_t ti = static_cast<size_t>(launch.tile);
   if (ds.attr_bytes[ti] < smem) {
@@ -475,8 +354,15 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
                   a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
                   a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
                   (prepared_scale_exponent_add(a.format) << 7) | (prepared_scale_exponent_add(a.format) << 23),
-                  launch.debug_mode};
-  fn<<<grid, plan::kDecodeTiles[launch.tile].threads(), static_cast<size_t>(smem), stream>>>(kp);
+                  launch.debug_mode, 0};
+  // Warp-specialized tiles read contiguous activation rows through a tensor map
+  // (TMA); gathered rows, or rows of unknown count, go through cp.async.
+  CUtensorMap x_map{};
+  if (tile.warp_specialized && !a.gather && a.x_rows > 0) {
+    x_map = activation_tensor_map(a.x, a.x_rows, a.k, tile.nt);
+    kp.x_tma = 1;
+  }
+  fn<<<grid, tile.threads(), static_cast<size_t>(smem), stream>>>(kp, x_map);
   FP4MOE_CHECK_LAUNCH("decode_grouped_gemm");
 }
 

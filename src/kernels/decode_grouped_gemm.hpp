@@ -30,7 +30,8 @@ struct DecodeGemmArgs {
   Fp4Format format = Fp4Format::nvfp4;
   int64_t num_experts = 0, n = 0, k = 0;
   // Activations and routing, on the device.
-  const __nv_bfloat16* x = nullptr;      // [rows_x, K]
+  const __nv_bfloat16* x = nullptr;      // [x_rows, K]
+  int64_t x_rows = 0;  // optional: with gather null, lets warp-specialized tiles load x by TMA
   const int32_t* gather = nullptr;       // [P] row of x for permuted row p, or nullptr (identity)
   const int32_t* expert_offsets = nullptr;  // [E+1]
   __nv_bfloat16* y = nullptr;            // [P, N] (store) or [P, N/2] (swiglu)

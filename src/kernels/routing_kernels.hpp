@@ -43,6 +43,14 @@ struct PermuteArgs {
 // Counting sort by expert; inside an expert, ascending pair index (deterministic).
 void launch_permute(const PermuteArgs& a, cudaStream_t stream);
 
+struct GatherRowsArgs {
+  const __nv_bfloat16* x = nullptr;  // [*, cols]
+  const int32_t* rows = nullptr;     // [count]
+  int64_t count = 0, cols = 0;
+  __nv_bfloat16* out = nullptr;      // [count, cols]: out[p] = x[rows[p]]
+};
+void launch_gather_rows(const GatherRowsArgs& a, cudaStream_t stream);
+
 struct FinalizeArgs {
   const __nv_bfloat16* expert_out = nullptr;  // [T*k, H] GEMM2 output, permuted rows (split mode), or null
   const float* accumulated = nullptr;          // [T, H] fp32 sums from the fused epilogue, or null

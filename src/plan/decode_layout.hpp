@@ -20,9 +20,14 @@ struct DecodeTile {
   int max_stages;
   int ctas_per_sm;  // occupancy target: the stage budget is the SM's share for this many CTAs
   bool wgmma = false;  // Hopper warpgroup MMA (sm_90a only): 4 warps x 16 rows = m64, tokens = n
+  // Warp-specialized (sm_90a only, implies wgmma): one producer warpgroup fills the
+  // stages with bulk/tensor copies (or cp.async for gathered rows) on mbarriers,
+  // bm/64 consumer warpgroups dequantize and multiply (src/kernels/grouped_gemm_ws_sm90.cu).
+  bool warp_specialized = false;
 
-  constexpr int warps() const { return bm / (16 * warp_m_tiles); }
-  constexpr int threads() const { return warps() * 32; }
+  constexpr int warps() const { return bm / (16 * warp_m_tiles); }  // math warps
+  constexpr int consumer_warpgroups() const { return bm / 64; }
+  constexpr int threads() const { return warps() * 32 + (warp_specialized ? 128 : 0); }
   constexpr int n8_tiles() const { return nt / 8; }
 };
 
@@ -48,6 +53,15 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     // 64 or 128 tokens per wgmma; dequantized weights are the register operand.
     {128, 128, 128, 1, 4, 1, true},
     {128, 64, 128, 1, 4, 1, true},
+    // Warp-specialized warpgroup-MMA tiles (sm_90a): prefill sizes, then decode
+    // sizes where four consumer warpgroups share one small activation stage.
+    {128, 128, 128, 1, 4, 1, true, true},
+    {128, 64, 128, 1, 6, 1, true, true},
+    {256, 64, 128, 1, 4, 1, true, true},
+    {256, 32, 128, 1, 6, 1, true, true},
+    {256, 16, 128, 1, 6, 1, true, true},
+    {256, 8, 128, 1, 6, 1, true, true},
+    {128, 8, 128, 1, 8, 2, true, true},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 
@@ -81,19 +95,33 @@ struct DecodeSmemLayout {
   }
 
   // --- epilogue: the fp32 output tile [nt][bm] (+4 floats per row against bank
-  // conflicts), staged so SwiGLU can pair gate and up rows and stores are whole rows ---
-  constexpr int64_t epilogue_row_stride() const { return (int64_t(tile.bm) + 4) * 4; }
-  constexpr int64_t epilogue_bytes() const { return align_up(int64_t(tile.nt) * epilogue_row_stride(), kSmemAlign); }
+  // conflicts), staged so SwiGLU can pair gate and up rows and stores are whole rows.
+  // Warp-specialized tiles stage per consumer warpgroup ([bm/64][nt][64 + 4]) so
+  // each warpgroup finishes its item without waiting for the others. ---
+  constexpr int64_t epilogue_group_rows() const { return tile.warp_specialized ? 64 : tile.bm; }
+  constexpr int64_t epilogue_groups() const { return tile.bm / epilogue_group_rows(); }
+  constexpr int64_t epilogue_row_stride() const { return (epilogue_group_rows() + 4) * 4; }
+  constexpr int64_t epilogue_group_bytes() const { return int64_t(tile.nt) * epilogue_row_stride(); }
+  constexpr int64_t epilogue_bytes() const { return align_up(epilogue_groups() * epilogue_group_bytes(), kSmemAlign); }
   // --- fixed: the per-expert chunk prefix the persistent scheduler searches,
   // and the current work item's activation row indices (gathered once per item) ---
   static constexpr int64_t kMaxExperts = 1024;
   constexpr int64_t scheduler_prefix_bytes() const { return (kMaxExperts + 1) * 4; }
-  constexpr int64_t row_index_bytes() const { return 2 * int64_t(tile.nt) * 4; }  // double-buffered
-  constexpr int64_t scheduler_bytes() const { return align_up(scheduler_prefix_bytes() + row_index_bytes(), kSmemAlign); }
+  // double-buffered (the loader runs ahead); the warp-specialized producer owns one buffer
+  constexpr int64_t row_index_bytes() const { return (tile.warp_specialized ? 1 : 2) * int64_t(tile.nt) * 4; }
+  // warp-specialized: a "full" and an "empty" mbarrier per stage (8 bytes each), for the most stages
+  constexpr int64_t barrier_bytes() const { return tile.warp_specialized ? 2 * int64_t(tile.max_stages) * 8 : 0; }
+  constexpr int64_t scheduler_bytes() const {
+    return align_up(scheduler_prefix_bytes() + row_index_bytes() + barrier_bytes(), kSmemAlign);
+  }
 
   constexpr int64_t epilogue_offset(int stages) const { return stages * smem_bytes_per_stage(); }
   constexpr int64_t scheduler_offset(int stages) const { return epilogue_offset(stages) + epilogue_bytes(); }
   constexpr int64_t total_bytes(int stages) const { return scheduler_offset(stages) + scheduler_bytes(); }
+  // Inside the fixed region: barriers first (8-byte aligned), then the prefix, then the row indices.
+  constexpr int64_t barriers_offset(int stages) const { return scheduler_offset(stages); }
+  constexpr int64_t prefix_offset(int stages) const { return scheduler_offset(stages) + barrier_bytes(); }
+  constexpr int64_t row_index_offset(int stages) const { return prefix_offset(stages) + scheduler_prefix_bytes(); }
 
   // DESIGN.md section 4: stages = floor((capacity - epilogue - fixed) / per_stage),
   // capped at the tile's maximum and at K/bk + 1 (the loader runs at most one item ahead).
@@ -117,7 +145,14 @@ constexpr bool decode_tiles_valid() {
     if (t.nt % 8 || t.bk % kScaleGranuleK || t.bm % (16 * t.warp_m_tiles) || t.warps() < 1 || t.warps() > 16) return false;
     if (t.nt % (2 * 8) && t.nt != 8) return false;  // ldmatrix.x4 covers two n8 tiles
     if (t.ctas_per_sm < 1 || t.max_stages < DecodeSmemLayout::kMinStages || t.max_stages > 8) return false;
-    if (t.wgmma && (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64)) return false;
+    if (t.wgmma && (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64)) {
+      if (!t.warp_specialized) return false;
+    }
+    if (t.warp_specialized) {
+      // wgmma n = nt (the CuTe register-A atoms 8..128); 64 rows per consumer warpgroup
+      if (!t.wgmma || t.warp_m_tiles != 1 || t.bm % 64 || t.consumer_warpgroups() > 4) return false;
+      if (t.nt != 8 && t.nt != 16 && t.nt != 32 && t.nt != 64 && t.nt != 128) return false;
+    }
   }
   return true;
 }

@@ -14,7 +14,7 @@ std::string decode_tile_name(int tile_index) {
   const DecodeTile& t = kDecodeTiles[tile_index];
   std::ostringstream os;
   os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles << "_c" << t.ctas_per_sm
-     << (t.wgmma ? "_wgmma" : "");
+     << (t.warp_specialized ? "_ws" : t.wgmma ? "_wgmma" : "");
   return os.str();
 }
 
@@ -47,12 +47,18 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
        t.wgmma ? "none: 128-byte swizzle" : "16 bytes per row against ldmatrix bank conflicts" + xs},
       {"stage alignment padding", L.stage_alignment_padding() * p.stages,
        std::string("operands start on ") + (t.wgmma ? "1024" : "128") + " bytes" + xs},
-      {"pipeline barriers", 0, "cp.async groups need no mbarrier"},
+      {"pipeline barriers", L.barrier_bytes(),
+       t.warp_specialized ? "full + empty mbarrier x " + std::to_string(t.max_stages) + " stages (most) x 8"
+                          : "cp.async groups need no mbarrier"},
       {"base alignment", 0, t.wgmma ? "the dynamic shared memory base is 1024-byte aligned (no static shared memory)" : "-"},
-      {"epilogue staging (fp32)", L.epilogue_bytes(), std::to_string(t.nt) + " tokens x (" + std::to_string(t.bm) + " + 4) x 4"},
+      {"epilogue staging (fp32)", L.epilogue_bytes(),
+       (L.epilogue_groups() > 1 ? std::to_string(L.epilogue_groups()) + " warpgroups x " : std::string()) +
+           std::to_string(t.nt) + " tokens x (" + std::to_string(L.epilogue_group_rows()) + " + 4) x 4"},
       {"scheduler prefix", L.scheduler_prefix_bytes(), "(1024 experts + 1) x 4, token chunks per expert"},
-      {"row indices", L.row_index_bytes(), "2 items x " + std::to_string(t.nt) + " gathered activation rows x 4"},
-      {"fixed-region alignment padding", L.scheduler_bytes() - L.scheduler_prefix_bytes() - L.row_index_bytes(), "to 128 bytes"},
+      {"row indices", L.row_index_bytes(),
+       std::to_string(L.row_index_bytes() / 4 / t.nt) + " item(s) x " + std::to_string(t.nt) + " gathered activation rows x 4"},
+      {"fixed-region alignment padding",
+       L.scheduler_bytes() - L.scheduler_prefix_bytes() - L.row_index_bytes() - L.barrier_bytes(), "to 128 bytes"},
       {"runtime reservation", 1024, "per block, outside the opt-in capacity (sm_80+)"},
   };
 

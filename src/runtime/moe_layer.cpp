@@ -118,6 +118,8 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
   m.a2.resize(size_t(P * cfg.intermediate));
   if (m.finalize == FinalizeMode::split) m.y2.resize(size_t(P * H));
   else m.accumulate.resize(size_t(T * H));
+  // Warp-specialized tiles (sm_90) win from ~64 tokens per expert; their GEMM1 reads a permuted copy.
+  if (m.budget.cc == 90 && P >= 64 * cfg.num_experts) m.x_permuted.resize(size_t(P * H));
   if (cfg.shared_expert) {
     m.shared_a2.resize(size_t(T * cfg.shared_intermediate));
     m.shared_y.resize(size_t(T * H));
@@ -215,22 +217,23 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   const double per_expert = double(P) / double(c.num_experts);
   const int64_t active = std::min<int64_t>(c.num_experts, P);
   using kernels::DecodeEpilogue;
-  m.gemm(m.routed->w13, hidden, m.permuted_token.get(), m.offsets.get(), DecodeEpilogue::swiglu, m.a2.get(), per_expert,
-         active, stream);
+  m.gemm(m.routed->w13, hidden, m.permuted_token.get(), P, m.offsets.get(), DecodeEpilogue::swiglu, m.a2.get(),
+         per_expert, active, stream);
   mark("gemm1");
   if (m.finalize == FinalizeMode::split) {
-    m.gemm(m.routed->w2, m.a2.get(), nullptr, m.offsets.get(), DecodeEpilogue::store, m.y2.get(), per_expert, active, stream);
+    m.gemm(m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), DecodeEpilogue::store, m.y2.get(), per_expert, active,
+           stream);
   } else {
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.accumulate.get(), 0, size_t(tokens * c.hidden) * sizeof(float), stream));
-    m.gemm(m.routed->w2, m.a2.get(), nullptr, m.offsets.get(), DecodeEpilogue::scatter_add, nullptr, per_expert, active,
-           stream);
+    m.gemm(m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), DecodeEpilogue::scatter_add, nullptr, per_expert,
+           active, stream);
   }
   mark("gemm2");
   if (m.shared) {
-    m.gemm(m.shared->w13, hidden, nullptr, m.dense_offsets.get(), DecodeEpilogue::swiglu, m.shared_a2.get(),
+    m.gemm(m.shared->w13, hidden, nullptr, tokens, m.dense_offsets.get(), DecodeEpilogue::swiglu, m.shared_a2.get(),
            double(tokens), 1, stream);
-    m.gemm(m.shared->w2, m.shared_a2.get(), nullptr, m.dense_offsets.get(), DecodeEpilogue::store, m.shared_y.get(),
-           double(tokens), 1, stream);
+    m.gemm(m.shared->w2, m.shared_a2.get(), nullptr, tokens, m.dense_offsets.get(), DecodeEpilogue::store,
+           m.shared_y.get(), double(tokens), 1, stream);
     mark("shared");
   }
   kernels::FinalizeArgs f;

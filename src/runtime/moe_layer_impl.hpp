@@ -56,6 +56,8 @@ struct MoeLayer::Impl {
   DeviceBuffer<int32_t> topk_ids, offsets, permuted_pair, permuted_token, pair_pos, dense_offsets, status;
   DeviceBuffer<float> topk_weights, accumulate;
   DeviceBuffer<__nv_bfloat16> a2, y2, shared_a2, shared_y;
+  // GEMM1's gathered rows in expert order, for warp-specialized tiles (sm_90 prefill), or empty
+  DeviceBuffer<__nv_bfloat16> x_permuted;
   // optional router: logits = hidden . router_weight^T on the device
   DeviceBuffer<__nv_bfloat16> router_weight;
   DeviceBuffer<float> logits;
@@ -152,10 +154,27 @@ struct MoeLayer::Impl {
 
   }
 
-  void gemm(const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather, const int32_t* offs,
+  // One GEMM with tile c over `rows` permuted rows: x has `rows` rows in order
+  // (gather null) or they are gathered from x. A warp-specialized tile loads
+  // contiguous rows by TMA, so gathered rows are first copied into expert order.
+  void launch_gemm(const TileChoice& c, const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather,
+                   int64_t rows, const int32_t* offs, kernels::DecodeEpilogue epi, __nv_bfloat16* y,
+                   cudaStream_t stream) {
+    kernels::DecodeGemmArgs a = gemm_args(w, x, gather, offs, epi, y);
+    if (plan::kDecodeTiles[c.tile].warp_specialized) {
+      if (gather && int64_t(x_permuted.size()) >= rows * w.k) {
+        kernels::launch_gather_rows({x, gather, rows, w.k, x_permuted.get()}, stream);
+        a.x = x_permuted.get();
+        a.gather = nullptr;
+      }
+      if (!a.gather) a.x_rows = rows;
+    }
+    kernels::launch_decode_grouped_gemm(a, {c.tile, c.stages, 0, 0}, stream);
+  }
+
+  void gemm(const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather, int64_t rows, const int32_t* offs,
             kernels::DecodeEpilogue epi, __nv_bfloat16* y, double tokens_per_expert, int64_t active, cudaStream_t stream) {
-    const TileChoice c = choose_tile(w, tokens_per_expert, active);
-    kernels::launch_decode_grouped_gemm(gemm_args(w, x, gather, offs, epi, y), {c.tile, c.stages, 0, 0}, stream);
+    launch_gemm(choose_tile(w, tokens_per_expert, active), w, x, gather, rows, offs, epi, y, stream);
   }
 };
 

@@ -21,12 +21,21 @@ struct CaseResult {
   int64_t unwritten = 0;
 };
 
-// Expert e gets counts[e] rows; each row gathers a random token of X [T, K].
+// How the kernel finds each permuted row's activations.
+enum class Rows {
+  gathered,        // row p reads X[gather[p]] (cp.async)
+  contiguous,      // row p reads X[p], row count not given (cp.async)
+  contiguous_tma,  // row p reads X[p], X has P rows (warp-specialized tiles: tensor map)
+};
+
+// Expert e gets counts[e] rows; each row gathers a random token of X [T, K]
+// (or, contiguous, reads row p of X [P, K]).
 CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<int>& counts, int tile,
-                    const plan::SmemBudget& capacity, uint64_t seed) {
+                    const plan::SmemBudget& capacity, uint64_t seed, Rows rows_mode = Rows::gathered) {
   const int64_t E = static_cast<int64_t>(counts.size());
   const int64_t P = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  const int64_t T = std::max<int64_t>(1, P / 2 + 3);
+  const bool contiguous = rows_mode != Rows::gathered;
+  const int64_t T = contiguous ? std::max<int64_t>(1, P) : std::max<int64_t>(1, P / 2 + 3);
   std::mt19937_64 rng(seed);
 
   std::vector<Fp4Matrix> experts(static_cast<size_t>(E));
@@ -41,6 +50,7 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   for (int64_t e = 0; e < E; ++e) offsets[size_t(e + 1)] = offsets[size_t(e)] + counts[size_t(e)];
   std::uniform_int_distribution<int32_t> tok(0, int32_t(T - 1));
   for (auto& g : gather) g = tok(rng);
+  if (contiguous) std::iota(gather.begin(), gather.end(), 0);
 
   DeviceBuffer<uint8_t> dw(prepared.weights), ds(prepared.scales);
   DeviceBuffer<float> dgs(prepared.dequant_scale);
@@ -57,7 +67,8 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   args.n = n;
   args.k = k;
   args.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
-  args.gather = dgather.get();
+  args.gather = contiguous ? nullptr : dgather.get();
+  args.x_rows = rows_mode == Rows::contiguous_tma ? T : 0;
   args.expert_offsets = doff.get();
   args.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
   kernels::DecodeLaunch launch;
@@ -107,6 +118,14 @@ TEST(GpuDecodeGemm, EveryTileEveryTokenCount) {
       EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " " << to_string(f);
       std::printf("  %-22s %-5s rel err %.3e\n", plan::decode_tile_name(tile).c_str(), to_string(f), r.rel_err);
     }
+    if (plan::kDecodeTiles[tile].warp_specialized)
+      for (Rows m : {Rows::contiguous, Rows::contiguous_tma}) {
+        const CaseResult r = run_case(Fp4Format::nvfp4, 256, 2048, kCounts, tile, device_capacity(), 19 + tile, m);
+        EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " contiguous rows " << int(m);
+        EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " contiguous rows " << int(m);
+        std::printf("  %-22s %s rel err %.3e\n", plan::decode_tile_name(tile).c_str(),
+                    m == Rows::contiguous_tma ? "TMA rows " : "contiguous", r.rel_err);
+      }
   }
   EXPECT_GE(ran, plan::kNumDecodeTiles - 2) << "the planner rejects most decode tiles on this GPU";
 }
@@ -185,16 +204,27 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
       continue;
     }
     ++ran;
+    const plan::DecodeTile& t = plan::kDecodeTiles[tile];
+    // MXFP4 and the large shapes on the tiles meant for these sizes (64+ tokens), to keep the test short
+    const bool prefill_tile = t.nt >= 64;
     for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4}) {
+      if (f == Fp4Format::mxfp4 && !prefill_tile) continue;
       const CaseResult r = run_case(f, 256, 2048, {65, 0, 100, 128, 129, 255, 256, 1000, 4096, 3}, tile, budget, 41 + tile);
       EXPECT_EQ(r.unwritten, 0) << p.config;
       EXPECT_LT(r.rel_err, 1e-2) << p.config << " " << to_string(f);
       std::printf("  %-30s %-5s rel err %.3e\n", p.config.c_str(), to_string(f), r.rel_err);
     }
+    if (!prefill_tile) continue;
     const CaseResult big = run_case(Fp4Format::nvfp4, 4096, 6144, {300, 0, 129}, tile, budget, 77);
     EXPECT_EQ(big.unwritten, 0) << p.config;
     EXPECT_LT(big.rel_err, 1e-2) << p.config << " N 4096 K 6144";
     std::printf("  %-30s N 4096 K 6144 rel err %.3e\n", p.config.c_str(), big.rel_err);
+    if (plan::kDecodeTiles[tile].warp_specialized) {
+      const CaseResult tma = run_case(Fp4Format::nvfp4, 6144, 2048, {257, 0, 1024, 65}, tile, budget, 78, Rows::contiguous_tma);
+      EXPECT_EQ(tma.unwritten, 0) << p.config;
+      EXPECT_LT(tma.rel_err, 1e-2) << p.config << " N 6144 K 2048, TMA rows";
+      std::printf("  %-30s N 6144 K 2048 TMA rows rel err %.3e\n", p.config.c_str(), tma.rel_err);
+    }
   }
   if (budget.cc == 90) {
     EXPECT_GE(ran, 1) << "no warpgroup tile fits this sm_90 device";
@@ -212,10 +242,13 @@ TEST(GpuDecodeGemm, WarpgroupTilesSmallCase) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
-    if (!plan::kDecodeTiles[tile].wgmma || !plan::plan_decode_tile(tile, 128, 256, budget).fits) continue;
-    const CaseResult r = run_case(Fp4Format::nvfp4, 128, 256, {65, 0, 3, 130}, tile, budget, 5 + tile);
-    EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile);
-    EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile);
+    if (!plan::kDecodeTiles[tile].wgmma || !plan::plan_decode_tile(tile, 256, 256, budget).fits) continue;
+    for (Rows m : {Rows::gathered, Rows::contiguous, Rows::contiguous_tma}) {
+      if (m != Rows::gathered && !plan::kDecodeTiles[tile].warp_specialized) continue;
+      const CaseResult r = run_case(Fp4Format::nvfp4, 256, 256, {65, 0, 3, 130}, tile, budget, 5 + tile, m);
+      EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " rows " << int(m);
+      EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " rows " << int(m);
+    }
   }
 }
 

@@ -4,8 +4,10 @@ resource report plus the planned dynamic shared memory stays within the target's
 capacity, equals the planner's figure (no static shared memory besides it), has
 no spills, and the registers allow the tile's occupancy target.
 
-Usage: check_kernel_resources.py BUILD_DIR SOURCE FP4MOE_CLI
-Recompiles SOURCE with the build's own command plus -Xptxas -v (no output kept)."""
+Usage: check_kernel_resources.py BUILD_DIR SOURCE[,SOURCE...] FP4MOE_CLI
+Recompiles each SOURCE with the build's own command plus -Xptxas -v (no output
+kept): the all-warps kernel (decode_grouped_gemm.cu) and the warp-specialized
+one (grouped_gemm_ws_sm90.cu) instantiate disjoint tiles of the one list."""
 import json
 import re
 import shlex
@@ -15,9 +17,13 @@ import sys
 ARCHS = {"sm_80": "sm80", "sm_90a": "sm90", "sm_120a": "sm120"}
 
 
-def main():
-    build, source, cli = sys.argv[1:4]
-    cmds = json.load(open(f"{build}/compile_commands.json"))
+KERNEL = re.compile(r"Compiling entry function '.*(?:decode_grouped_gemm_kernel|grouped_gemm_ws_kernel)ILi(\d+)E.*' for '(sm_\w+)'")
+
+
+advisories = []
+
+
+def ptxas_report(build, source, cmds, report):
     cmd = next((c for c in cmds if c["file"].endswith(source)), None)
     if cmd is None:
         sys.exit(f"check_kernel_resources: {source} is not in {build}/compile_commands.json")
@@ -35,10 +41,14 @@ def main():
     res = subprocess.run(args, cwd=cmd["directory"], capture_output=True, text=True)
     if res.returncode:
         sys.exit("check_kernel_resources: compile failed:\n" + res.stderr[-3000:])
-    report = {}
     cur = None
     for line in res.stderr.splitlines():
-        m = re.search(r"Compiling entry function '.*decode_grouped_gemm_kernelILi(\d+)E.*' for '(sm_\w+)'", line)
+        # e.g. C7513: wgmma serialized because registers a running wgmma reads were redefined
+        m = re.search(r"\((C75\d\d)\) Potential Performance Loss: (.*?) in the function '(\S+)'", line)
+        if m:
+            advisories.append(f"{source}: {m.group(1)} {m.group(2)} ({m.group(3)[:80]})")
+            continue
+        m = KERNEL.search(line)
         if m:
             cur = (m.group(2), int(m.group(1)))
             report[cur] = {"regs": 0, "smem": 0, "spill": 0, "stack": 0}
@@ -54,6 +64,14 @@ def main():
             report[cur]["regs"] = int(m.group(1))
             m2 = re.search(r"(\d+) bytes smem", line)
             report[cur]["smem"] = int(m2.group(1)) if m2 else 0
+
+
+def main():
+    build, sources, cli = sys.argv[1:4]
+    cmds = json.load(open(f"{build}/compile_commands.json"))
+    report = {}
+    for source in sources.split(","):
+        ptxas_report(build, source, cmds, report)
     failures, checked = [], 0
     for sm, arch in ARCHS.items():
         plans = json.loads(subprocess.run([cli, "plan", "--arch", arch, "--kernel", "decode", "--sweep", "--json",
@@ -75,6 +93,7 @@ def main():
                 failures.append(f"{name}: {r['regs']} registers x {p['threads']} threads x {p['ctas_per_sm']} CTAs > 65536")
             print(f"{name:<36} regs {r['regs']:>3}  static smem {r['smem']}  planned {p['smem_bytes']:>6} of "
                   f"{p['capacity']:>6}  {'fits' if p['fits'] else 'rejected by the planner'}")
+    failures += [f"ptxas performance advisory: {a}" for a in advisories]
     for f in failures:
         print("FAIL:", f)
     print(f"{checked} kernel/target pairs checked, {len(failures)} failures")

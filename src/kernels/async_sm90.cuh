@@ -1,0 +1,103 @@
+// Hopper asynchronous-copy primitives (sm_90+): mbarriers with transaction
+// counts, 1D bulk copies and 2D tensor (TMA) copies into shared memory, and
+// named barriers. Written once as inline PTX; off sm_90 they compile to a trap
+// (the planner only accepts the tiles that use them on sm_90).
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/mma_sm80.cuh"
+
+namespace fp4moe::kernels::async {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FP4MOE_SM90_ASYNC 1
+#endif
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(ptx::smem_addr(bar)), "r"(count));
+#else
+  (void)bar, (void)count;
+  __trap();
+#endif
+}
+
+// Makes the barrier initializations visible to the async proxy (the copy engine).
+__device__ __forceinline__ void fence_barrier_init() {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(ptx::smem_addr(bar)) : "memory");
+#endif
+}
+
+// One arrival that also expects `bytes` more to land through complete_tx.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(
+                   ptx::smem_addr(bar)), "r"(bytes)
+               : "memory");
+#endif
+}
+
+// The executing thread's earlier cp.async copies arrive on the barrier when they land
+// (.noinc: the barrier's count includes these arrivals).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(ptx::smem_addr(bar)) : "memory");
+#endif
+}
+
+// Blocks until the phase with parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(ptx::smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// Contiguous global -> shared copy of `bytes` (multiple of 16, both ends 16-byte aligned).
+__device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          ptx::smem_addr(smem)),
+      "l"(gmem), "r"(bytes), "r"(ptx::smem_addr(bar))
+      : "memory");
+#else
+  (void)smem, (void)gmem, (void)bytes, (void)bar;
+  __trap();
+#endif
+}
+
+// One box of a 2D tensor map at element coordinates (c0 innermost, c1).
+__device__ __forceinline__ void tensor_copy_2d(void* smem, const CUtensorMap* map, int32_t c0, int32_t c1, uint64_t* bar) {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(ptx::smem_addr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(ptx::smem_addr(bar))
+      : "memory");
+#else
+  (void)smem, (void)map, (void)c0, (void)c1, (void)bar;
+  __trap();
+#endif
+}
+
+// Barrier `id` (1..15) among `threads` threads of the CTA (0 is __syncthreads).
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace fp4moe::kernels::async

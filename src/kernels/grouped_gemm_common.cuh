@@ -1,0 +1,197 @@
+// What the two grouped-GEMM kernels share: their parameters, the dequantization
+// of one A fragment, the device-side work schedule and the epilogue that writes
+// a staged fp32 tile (store, SwiGLU or weighted scatter-add).
+//   decode_grouped_gemm.cu      every thread loads and multiplies (sm_80, sm_90a, sm_120a)
+//   grouped_gemm_ws_sm90.cu     a producer warpgroup loads, consumer warpgroups multiply (sm_90a)
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "format/decode_pack.hpp"
+#include "kernels/decode_grouped_gemm.hpp"
+
+namespace fp4moe::kernels::detail {
+
+struct KernelParams {
+  const uint8_t* weights;
+  const uint8_t* scales;
+  const float* dequant_scale;
+  const __nv_bfloat16* x;
+  const int32_t* gather;
+  const int32_t* expert_offsets;
+  __nv_bfloat16* y;
+  float* accumulate;
+  const int32_t* permuted_pair;
+  const float* topk_weights;
+  int64_t n, k;
+  int epilogue;  // DecodeEpilogue
+  int scale_parts, top_k;
+  int num_experts;
+  int stages;
+  uint32_t scale_add2;  // (exponent_add << 7) in both bf16 halves
+  int debug_mode;       // 0 normal; benchmark diagnostics: 1 loads only, 2 compute only
+  int x_tma;            // warp-specialized tiles: activations through the tensor map (contiguous rows)
+};
+
+// Every kernel takes the activations' tensor map; only the warp-specialized
+// tiles read it (the others get a zeroed one).
+using KernelFn = void (*)(KernelParams, CUtensorMap);
+
+// Prepared scale bytes Lo and Lo+1 of a 4-byte word (rows r and r+8 of one k16
+// step) -> bf16 operands s * 2^116 in the low and high half: one byte permute and
+// one multiply-add (decode_pack.hpp); the multiplies pick a half (.H0_H0 / .H1_H1).
+template <int Lo>
+__device__ __forceinline__ __nv_bfloat162 scale_operands(uint32_t word, uint32_t add2) {
+  const uint32_t v = pack::scale_operands(__byte_perm(word, 0u, 0x4040u | Lo | ((Lo + 1) << 8)), 0) + add2;
+  return *reinterpret_cast<const __nv_bfloat162*>(&v);
+}
+
+__device__ __forceinline__ uint32_t scaled(uint32_t pattern, __nv_bfloat162 scale) {
+  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&pattern), scale);
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// One lane's A fragment for k16 step t of a 16-row group: the 8 codes of word
+// t of its 16-byte weight load, times the block scales of step8 (its k16 step
+// inside the k128 scale granule) of its two rows. mma.sync and wgmma take the
+// same register fragment.
+__device__ __forceinline__ void dequant_fragment(const uint4& wq, const uint4& sq, int t, int step8, uint32_t scale_add2,
+                                                 uint32_t a[4]) {
+  const uint32_t word = t == 0 ? wq.x : t == 1 ? wq.y : t == 2 ? wq.z : wq.w;
+  const uint32_t sword = (step8 / 2) == 0 ? sq.x : (step8 / 2) == 1 ? sq.y : (step8 / 2) == 2 ? sq.z : sq.w;
+  const __nv_bfloat162 sc = (step8 % 2) ? scale_operands<2>(sword, scale_add2) : scale_operands<0>(sword, scale_add2);
+  const __nv_bfloat162 s_lo = __bfloat162bfloat162(__low2bfloat16(sc));
+  const __nv_bfloat162 s_hi = __bfloat162bfloat162(__high2bfloat16(sc));
+  uint32_t pat[4];
+  pack::unpack_word(word, pat);
+  a[0] = scaled(pat[0], s_lo);
+  a[1] = scaled(pat[1], s_hi);
+  a[2] = scaled(pat[2], s_lo);
+  a[3] = scaled(pat[3], s_hi);
+}
+
+struct WorkItem {
+  int expert, row0, rows, ntile;
+};
+
+// Token chunks of `nt` rows per expert, prefix-summed into shared memory by one
+// warp from the device-side expert offsets (no host read-back).
+template <int NT>
+__device__ __forceinline__ void build_chunk_prefix(int32_t* prefix, const int32_t* offsets, int num_experts, int lane) {
+  if (lane == 0) prefix[0] = 0;
+  int carry = 0;
+  for (int base = 0; base < num_experts; base += 32) {
+    const int e = base + lane;
+    int c = 0;
+    if (e < num_experts) c = (offsets[e + 1] - offsets[e] + NT - 1) / NT;
+    int incl = c;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    if (e < num_experts) prefix[e + 1] = carry + incl;
+    carry += __shfl_sync(0xffffffffu, incl, 31);
+  }
+}
+
+// Work item `index` of chunks x N tiles.
+//   chunk-minor: the chunks of one expert and N tile run side by side (decode:
+//     one chunk per expert, every expert's same N tile at once);
+//   expert-major: all of one expert's (N tile, chunk) items run together, so its
+//     weights and its tokens' activations stay in L2 (prefill, many chunks).
+template <int NT, bool ExpertMajor>
+__device__ __forceinline__ WorkItem work_item(int index, const int32_t* prefix, const int32_t* offsets, int num_experts,
+                                              int total_chunks, int n_tiles) {
+  const int key = ExpertMajor ? index / n_tiles : index % total_chunks;
+  int lo = 0, hi = num_experts;  // last e with prefix[e] <= key
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (prefix[mid] <= key) lo = mid; else hi = mid;
+  }
+  WorkItem w;
+  w.expert = lo;
+  int chunk;
+  if constexpr (ExpertMajor) {
+    const int chunks = prefix[lo + 1] - prefix[lo];
+    const int local = index - prefix[lo] * n_tiles;
+    chunk = local % chunks;
+    w.ntile = local / chunks;
+  } else {
+    chunk = key - prefix[lo];
+    w.ntile = index / total_chunks;
+  }
+  w.row0 = offsets[lo] + chunk * NT;
+  w.rows = min(NT, offsets[lo + 1] - w.row0);
+  return w;
+}
+
+// Accumulator fragment (rows f and f+8, token columns tok and tok+1 of an n8
+// tile; mma.sync's C layout, which is also wgmma's per warp) -> the fp32
+// staging tile [token][row], times the expert's dequantization scale.
+__device__ __forceinline__ void stage_fragment(float* epi, int stride, int f, int tok, const float v[4], float gs) {
+  epi[tok * stride + f] = v[0] * gs;
+  epi[(tok + 1) * stride + f] = v[1] * gs;
+  epi[tok * stride + f + 8] = v[2] * gs;
+  epi[(tok + 1) * stride + f + 8] = v[3] * gs;
+}
+
+// The dequantization scale of weight row `row` (its 16-row group picks a part).
+__device__ __forceinline__ float dequant_scale_of(const KernelParams& p, int expert, int64_t row) {
+  return p.dequant_scale[expert * p.scale_parts + (row / 16) % p.scale_parts];
+}
+
+// Writes a staged fp32 tile of `Rows` weight rows (output features col0..) for
+// the item's tokens, with `Threads` threads numbered by `tid`: whole 16-byte
+// rows to y (store), silu(gate) * up (SwiGLU, gate and up interleaved every 16
+// rows), or topk-weighted fp32 atomics into the token's output (scatter_add).
+template <int Rows, int Threads>
+__device__ __forceinline__ void write_staged_tile(const KernelParams& p, const WorkItem& w, const float* epi, int stride,
+                                                  int64_t col0, int tid) {
+  if (p.epilogue == int(DecodeEpilogue::swiglu)) {
+    constexpr int kPieces = Rows / 2 / 8;  // 8 output columns per piece
+    const int64_t ld = p.n / 2;
+#pragma unroll 1
+    for (int i = tid; i < w.rows * kPieces; i += Threads) {
+      const int r = i / kPieces, j0 = (i % kPieces) * 8;
+      const int g = (j0 / 16) * 32 + j0 % 16;  // gate row of output column j0; its up row is g + 16
+      const float* er = epi + r * stride;
+      uint4 o;
+      __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float g0 = er[g + 2 * q], g1 = er[g + 2 * q + 1];
+        ob[q] = __floats2bfloat162_rn(g0 / (1.f + __expf(-g0)) * er[g + 16 + 2 * q],
+                                      g1 / (1.f + __expf(-g1)) * er[g + 16 + 2 * q + 1]);
+      }
+      *reinterpret_cast<uint4*>(p.y + int64_t(w.row0 + r) * ld + col0 / 2 + j0) = o;
+    }
+  } else if (p.epilogue == int(DecodeEpilogue::scatter_add)) {
+    constexpr int kPieces = Rows / 4;  // 4 columns per piece
+#pragma unroll 1
+    for (int i = tid; i < w.rows * kPieces; i += Threads) {
+      const int r = i / kPieces, c0 = (i % kPieces) * 4;
+      const int32_t pair = p.permuted_pair[w.row0 + r];
+      const float wt = p.topk_weights[pair];
+      float* dst = p.accumulate + int64_t(pair / p.top_k) * p.n + col0 + c0;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * epi[r * stride + c0 + q]);
+    }
+  } else {
+    constexpr int kPieces = Rows / 8;
+#pragma unroll 1
+    for (int i = tid; i < w.rows * kPieces; i += Threads) {
+      const int r = i / kPieces, c0 = (i % kPieces) * 8;
+      const float* er = epi + r * stride + c0;
+      uint4 o;
+      __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) ob[q] = __floats2bfloat162_rn(er[2 * q], er[2 * q + 1]);
+      *reinterpret_cast<uint4*>(p.y + int64_t(w.row0 + r) * p.n + col0 + c0) = o;
+    }
+  }
+}
+
+}  // namespace fp4moe::kernels::detail

@@ -1,0 +1,268 @@
+// Warp-specialized grouped GEMM for Hopper (sm_90a): Y = X . dequant(W_e)^T with
+// the same prepared weights, schedule and epilogues as the decode kernel.
+//
+// Why it is shaped this way (docs/kernels.md has the numbers):
+// - The all-warps kernel spends its issue slots on cp.async address arithmetic
+//   and meets at a CTA barrier every stage; here one producer warpgroup fills
+//   the stage ring and the consumer warpgroups only dequantize and multiply.
+// - Producer: per stage, one bulk copy per 16-row group of weights and of
+//   scales (contiguous in the prepared layout), and the activations either as
+//   TMA boxes (contiguous rows: 64 k x nt tokens, 128-byte swizzle) or, for
+//   gathered rows, cp.async into the same swizzled layout. Completion is an
+//   mbarrier transaction count ("full"); consumers hand slots back through an
+//   "empty" mbarrier, one arrival per consumer thread.
+// - Consumers: each warpgroup owns 64 weight rows; every k16 step it
+//   dequantizes its A fragment in registers and issues one wgmma m64 x nt x k16
+//   with the tokens from shared memory. Two A buffers keep one wgmma in flight
+//   across steps and across stages: a slot is released right after the next
+//   stage's first wait, never by draining the tensor cores at a stage boundary.
+// - Items run expert-major so one expert's weights and its tokens' rows stay
+//   in L2 while all its (N tile, token chunk) items are computed.
+#include <cuda_bf16.h>
+
+#include <array>
+#include <utility>
+
+#include "kernels/async_sm90.cuh"
+#include "kernels/grouped_gemm_common.cuh"
+#include "kernels/grouped_gemm_ws.hpp"
+#include "kernels/mma_sm80.cuh"
+#include "kernels/wgmma_sm90.cuh"
+#include "plan/decode_layout.hpp"
+#include "runtime/cuda_check.hpp"
+
+namespace fp4moe::kernels {
+namespace {
+
+using namespace detail;
+using plan::DecodeSmemLayout;
+
+template <int TileIndex>
+__global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan::kDecodeTiles[TileIndex].ctas_per_sm)
+    grouped_gemm_ws_kernel(const KernelParams p, const __grid_constant__ CUtensorMap x_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];
+  static_assert(T.warp_specialized);
+  constexpr DecodeSmemLayout L{T};
+  constexpr int kConsumerWarps = T.consumer_warpgroups() * 4;
+  constexpr int kRowGroups = T.bm / 16;
+  constexpr int kWGranPerStage = T.bk / 64;   // weight granules (and activation atoms) per stage
+  constexpr int kSGranPerStage = T.bk / 128;  // scale granules per stage
+  constexpr uint32_t kActStageBytes = uint32_t(T.nt) * T.bk * 2;
+  constexpr uint32_t kStageTx = uint32_t(L.weight_bytes_per_stage() + L.scale_bytes_per_stage());
+  constexpr int kEpiStride = static_cast<int>(L.epilogue_row_stride() / 4);
+  constexpr int kProducerThreads = 128;
+  constexpr int kProducerBarrier = 1;       // named barrier of the producer warpgroup
+  constexpr int kFirstConsumerBarrier = 2;  // + consumer warpgroup index
+
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const int stages = p.stages;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L.barriers_offset(stages));
+  uint64_t* empty = full + stages;
+  int32_t* prefix = reinterpret_cast<int32_t*>(smem + L.prefix_offset(stages));
+  int32_t* item_rows = reinterpret_cast<int32_t*>(smem + L.row_index_offset(stages));
+  float* epi = reinterpret_cast<float*>(smem + L.epilogue_offset(stages));
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int E = p.num_experts;
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) {
+      // full: the producer's expect_tx arrival (+ one cp.async arrival per producer thread)
+      async::mbarrier_init(&full[s], p.x_tma ? 1 : 1 + kProducerThreads);
+      async::mbarrier_init(&empty[s], kConsumerWarps * 32);
+    }
+    async::fence_barrier_init();
+  }
+  if (warp == 1) build_chunk_prefix<T.nt>(prefix, p.expert_offsets, E, lane);
+  __syncthreads();
+  const int total_chunks = prefix[E];
+  const int n_tiles = static_cast<int>(p.n / T.bm);
+  const int total_items = total_chunks * n_tiles;
+  if (blockIdx.x >= total_items) return;
+  const int KT = static_cast<int>(p.k / T.bk);
+  const int my_items = (total_items - 1 - blockIdx.x) / gridDim.x + 1;
+  auto item = [&](int j) {
+    return work_item<T.nt, true>(blockIdx.x + j * gridDim.x, prefix, p.expert_offsets, E, total_chunks, n_tiles);
+  };
+
+  if (warp < 4) {
+    // ================= producer warpgroup =================
+    if (p.x_tma && warp != 0) return;  // bulk and tensor copies need one warp
+    const int64_t w_rowgroup_bytes = (p.k / 64) * pack::kWeightGranuleBytes;
+    const int64_t s_rowgroup_bytes = (p.k / 128) * pack::kScaleGranuleBytes;
+    const uint32_t tx = p.debug_mode == 2 ? 0u : kStageTx + (p.x_tma ? kActStageBytes : 0u);
+    int slot = 0;
+    uint32_t phase = 0;
+    for (int j = 0; j < my_items; ++j) {
+      const WorkItem w = item(j);
+      if (!p.x_tma) {
+        async::named_barrier(kProducerBarrier, kProducerThreads);  // the previous item's rows are all issued
+        for (int r = tid; r < T.nt; r += kProducerThreads)
+          item_rows[r] = r < w.rows ? (p.gather ? p.gather[w.row0 + r] : w.row0 + r) : -1;
+        async::named_barrier(kProducerBarrier, kProducerThreads);
+      }
+      const uint8_t* wsrc = p.weights + w.expert * (p.n * p.k / 2) + int64_t(w.ntile) * kRowGroups * w_rowgroup_bytes;
+      const uint8_t* ssrc = p.scales + w.expert * (p.n * p.k / 16) + int64_t(w.ntile) * kRowGroups * s_rowgroup_bytes;
+      for (int kt = 0; kt < KT; ++kt) {
+        async::mbarrier_wait(&empty[slot], phase ^ 1);
+        uint8_t* st = smem + slot * L.smem_bytes_per_stage();
+        if (warp == 0) {
+          if (lane == 0) async::mbarrier_arrive_expect_tx(&full[slot], tx);
+          __syncwarp();
+          if (p.debug_mode != 2) {
+            // one bulk copy per 16-row group for its weights, one for its scales
+            for (int g = lane; g < kRowGroups; g += 32) {
+              async::bulk_copy(st + L.weight_offset() + g * (kWGranPerStage * pack::kWeightGranuleBytes),
+                               wsrc + g * w_rowgroup_bytes + int64_t(kt) * kWGranPerStage * pack::kWeightGranuleBytes,
+                               kWGranPerStage * pack::kWeightGranuleBytes, &full[slot]);
+              async::bulk_copy(st + L.scale_offset() + g * (kSGranPerStage * pack::kScaleGranuleBytes),
+                               ssrc + g * s_rowgroup_bytes + int64_t(kt) * kSGranPerStage * pack::kScaleGranuleBytes,
+                               kSGranPerStage * pack::kScaleGranuleBytes, &full[slot]);
+            }
+            if (p.x_tma && lane == 0)
+#pragma unroll
+              for (int a = 0; a < kWGranPerStage; ++a)
+                async::tensor_copy_2d(st + L.act_offset() + a * (T.nt * 128), &x_map, kt * T.bk + a * 64, w.row0,
+                                      &full[slot]);
+          }
+        }
+        if (!p.x_tma) {
+          if (p.debug_mode != 2) {
+            constexpr int kPieces = T.bk * 2 / 16;  // 16-byte pieces per row
+#pragma unroll 4
+            for (int i = tid; i < T.nt * kPieces; i += kProducerThreads) {
+              const int r = i / kPieces, piece = i % kPieces;
+              const int32_t xrow = item_rows[r];
+              // [piece/8 atom][nt rows][128 bytes], 16-byte chunk c of row r at c ^ (r % 8)
+              const int dst = (piece / 8) * (T.nt * 128) + r * 128 + (((piece % 8) ^ (r % 8)) * 16);
+              ptx::cp_async_16(st + L.act_offset() + dst,
+                               p.x + int64_t(xrow < 0 ? 0 : xrow) * p.k + int64_t(kt) * T.bk + piece * 8,
+                               xrow < 0 ? 0 : 16);
+            }
+          }
+          async::cp_async_arrive_noinc(&full[slot]);
+        }
+        if (++slot == stages) slot = 0, phase ^= 1;
+      }
+    }
+    if (!p.x_tma) asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+
+  // ================= consumer warpgroups =================
+  const int cw = warp - 4;  // consumer warp: weight rows 16 cw .. 16 cw + 15 of the tile
+  const int cg = cw / 4;    // consumer warpgroup: rows 64 cg .. 64 cg + 63
+  const int gtid = tid - kProducerThreads - cg * 128;
+  float* group_epi = epi + cg * (L.epilogue_group_bytes() / 4);
+  // Every consumer thread arrives (its own reads are done): a lane-0 branch
+  // here would make ptxas serialize the wgmma pipeline (C7513).
+  auto release = [&](int s) { async::mbarrier_arrive(&empty[s]); };
+  float acc[T.nt / 2] = {};
+  int slot = 0, pending = -1;  // pending: the previous stage's slot, released once its wgmma are done
+  uint32_t phase = 0;
+  for (int j = 0; j < my_items; ++j) {
+    const WorkItem w = item(j);
+    for (int kt = 0; kt < KT; ++kt) {
+      async::mbarrier_wait(&full[slot], phase);
+      // cp.async wrote the activations through the generic proxy; wgmma reads through the async proxy
+      if (!p.x_tma) wgmma::fence_proxy_async_shared();
+      const uint8_t* st = smem + slot * L.smem_bytes_per_stage();
+      const uint8_t* wst = st + L.weight_offset() + cw * (kWGranPerStage * pack::kWeightGranuleBytes) + lane * 16;
+      const uint8_t* sst = st + L.scale_offset() + cw * (kSGranPerStage * pack::kScaleGranuleBytes) + (lane / 4) * 16;
+      const uint32_t xbase = ptx::smem_addr(st + L.act_offset());
+      if (p.debug_mode != 1) {
+        uint32_t a[2][4];  // double-buffered: a fragment stays live until its wgmma has read it
+#pragma unroll
+        for (int kk = 0; kk < kWGranPerStage; ++kk) {
+          const uint4 wq = *reinterpret_cast<const uint4*>(wst + kk * pack::kWeightGranuleBytes);
+          const uint4 sq = *reinterpret_cast<const uint4*>(sst + (kk / 2) * pack::kScaleGranuleBytes);
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            const int q = kk * 4 + t, buf = q % 2;
+            dequant_fragment(wq, sq, t, (kk % 2) * 4 + t, p.scale_add2, a[buf]);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) wgmma::fence_operand(a[buf][r]);
+            wgmma::fence();
+            // the item's first step overwrites the accumulators (no zeroing instructions in the pipeline)
+            wgmma::mma_rs<T.nt>(acc, a[buf], wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32),
+                                kt > 0 || q > 0);
+            wgmma::commit_group();
+            wgmma::wait_group<1>();  // every wgmma but this one is done
+            if (q == 0 && pending >= 0) release(pending), pending = -1;
+          }
+        }
+        pending = slot;
+      } else {
+        release(slot);
+      }
+      if (++slot == stages) slot = 0, phase ^= 1;
+    }
+    wgmma::wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < T.nt / 2; ++i) wgmma::fence_operand(acc[i]);
+    if (pending >= 0) release(pending), pending = -1;
+
+    // ---- epilogue of this warpgroup's 64 rows (the producer streams on meanwhile) ----
+    async::named_barrier(kFirstConsumerBarrier + cg, 128);  // its previous epilogue has read the staging tile
+    const int f = (cw % 4) * 16 + lane / 4;
+    const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + cg * 64 + f);
+#pragma unroll
+    for (int jn = 0; jn < T.nt / 8; ++jn) {
+      const float v[4] = {acc[jn * 4], acc[jn * 4 + 1], acc[jn * 4 + 2], acc[jn * 4 + 3]};
+      stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
+    }
+    async::named_barrier(kFirstConsumerBarrier + cg, 128);
+    write_staged_tile<64, 128>(p, w, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + cg * 64, gtid);
+  }
+#else
+  (void)p, (void)x_map;
+  __trap();  // the planner accepts warp-specialized tiles only on sm_90
+#endif
+}
+
+template <int I>
+constexpr KernelFn ws_entry() {
+  if constexpr (plan::kDecodeTiles[I].warp_specialized) return &grouped_gemm_ws_kernel<I>;
+  else return nullptr;
+}
+template <int... I>
+constexpr std::array<KernelFn, sizeof...(I)> make_ws_table(std::integer_sequence<int, I...>) {
+  return {ws_entry<I>()...};
+}
+constexpr auto kWsKernels = make_ws_table(std::make_integer_sequence<int, plan::kNumDecodeTiles>{});
+
+}  // namespace
+
+KernelFn ws_kernel(int tile) {
+  FP4MOE_CHECK(tile >= 0 && tile < plan::kNumDecodeTiles && kWsKernels[static_cast<size_t>(tile)],
+               "tile " << tile << " is not a warp-specialized tile");
+  return kWsKernels[static_cast<size_t>(tile)];
+}
+
+CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t k, int nt) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                              const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    FP4MOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    FP4MOE_CHECK(found == cudaDriverEntryPointSuccess && fn, "the driver has no cuTensorMapEncodeTiled (CUDA 12.0+ needed)");
+    return reinterpret_cast<Encode>(fn);
+  }();
+  FP4MOE_CHECK(k % 64 == 0 && rows > 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0,
+               "activation tensor map: x [" << rows << ", " << k << "] needs K a multiple of 64 and 16-byte alignment");
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(nt)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(x), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FP4MOE_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult " << int(r) << ") for x [" << rows << ", " << k
+                                                                              << "] with boxes of 64 x " << nt);
+  return map;
+}
+
+}  // namespace fp4moe::kernels
