@@ -21,11 +21,19 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   if [ -x "$BIN/bench_decode_gemm" ]; then
-    "$BIN/bench_decode_gemm" --out "$OUT/bench_decode.json" 2>&1 | tee "$OUT/bench_decode.log"
-    summary+=("bench_decode_gemm: rc=${PIPESTATUS[0]}")
+    # decode sizes (issue 4), then prefill sizes on rows already in expert order,
+    # as torch._grouped_mm takes them (issue 8)
+    "$BIN/bench_decode_gemm" --out "$OUT/bench_decode.json" > "$OUT/bench_decode.log" 2>&1
+    summary+=("bench_decode_gemm (decode): rc=$?")
+    "$BIN/bench_decode_gemm" --permuted-gemm1 --tokens 4096,8192,16384,32768 --reps 10 \
+      --out "$OUT/bench_prefill.json" > "$OUT/bench_prefill.log" 2>&1
+    summary+=("bench_decode_gemm (prefill): rc=$?")
     if python3 -c 'import torch' 2>/dev/null; then
-      python3 bench/peers.py --in "$OUT/bench_decode.json" --out "$OUT/bench_peers.json" --table "$OUT/bench_table.txt" 2>&1 | tee "$OUT/bench_peers.log"
-      summary+=("bench/peers.py: rc=${PIPESTATUS[0]}")
+      for kind in decode prefill; do
+        python3 bench/peers.py --in "$OUT/bench_$kind.json" --out "$OUT/bench_${kind}_peers.json" \
+          --table "$OUT/bench_${kind}_table.txt" > "$OUT/bench_${kind}_peers.log" 2>&1
+        summary+=("bench/peers.py $kind: rc=$?")
+      done
     fi
   fi
 fi
@@ -50,6 +58,6 @@ fi
 echo
 echo "==== summary ===="
 for s in "${summary[@]}"; do echo "$s"; done
-[ -f "$OUT/bench_table.txt" ] && cat "$OUT/bench_table.txt"
+for kind in decode prefill; do [ -f "$OUT/bench_${kind}_table.txt" ] && cat "$OUT/bench_${kind}_table.txt"; done
 [ -f "$OUT/tune.log" ] && tail -32 "$OUT/tune.log"
 [ -f "$OUT/bench/bench.md" ] && cat "$OUT/bench/bench.md"

@@ -95,6 +95,21 @@ __device__ __forceinline__ void tensor_copy_2d(void* smem, const CUtensorMap* ma
 #endif
 }
 
+// Warpgroup register reallocation (sm_90a): a producer gives registers back,
+// consumers take them. Every thread of the warpgroup executes it.
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#endif
+}
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#endif
+}
+
 // Barrier `id` (1..15) among `threads` threads of the CTA (0 is __syncthreads).
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

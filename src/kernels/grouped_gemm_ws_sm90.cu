@@ -11,9 +11,10 @@
 //   gathered rows, cp.async into the same swizzled layout. Completion is an
 //   mbarrier transaction count ("full"); consumers hand slots back through an
 //   "empty" mbarrier, one arrival per consumer thread.
-// - Consumers: each warpgroup owns 64 weight rows; every k16 step it
-//   dequantizes its A fragment in registers and issues one wgmma m64 x nt x k16
-//   with the tokens from shared memory. Two A buffers keep one wgmma in flight
+// - Consumers: each warpgroup owns 64 x warp_m_tiles weight rows; every k16
+//   step it dequantizes its A fragments in registers and issues one wgmma
+//   m64 x nt x k16 per m64 block with the tokens from shared memory (more rows
+//   per warpgroup: fewer activation bytes from L2 per flop). Two A buffers keep one wgmma in flight
 //   across steps and across stages: a slot is released right after the next
 //   stage's first wait, never by draining the tensor cores at a stage boundary.
 // - Items run expert-major so one expert's weights and its tokens' rows stay
@@ -45,13 +46,25 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   static_assert(T.warp_specialized);
   constexpr DecodeSmemLayout L{T};
   constexpr int kConsumerWarps = T.consumer_warpgroups() * 4;
+  constexpr int kMB = T.warp_m_tiles;  // m64 blocks per consumer warpgroup
   constexpr int kRowGroups = T.bm / 16;
   constexpr int kWGranPerStage = T.bk / 64;   // weight granules (and activation atoms) per stage
   constexpr int kSGranPerStage = T.bk / 128;  // scale granules per stage
   constexpr uint32_t kActStageBytes = uint32_t(T.nt) * T.bk * 2;
   constexpr uint32_t kStageTx = uint32_t(L.weight_bytes_per_stage() + L.scale_bytes_per_stage());
   constexpr int kEpiStride = static_cast<int>(L.epilogue_row_stride() / 4);
+  constexpr int kEpiTokens = static_cast<int>(L.epilogue_tokens());
   constexpr int kProducerThreads = 128;
+  // Registers: the launch gives every thread the cap of __launch_bounds__ (multiples
+  // of 8); where that is too few, the producer keeps 72 and the consumers share the rest.
+  constexpr int kRegCap = (65536 / (T.threads() * T.ctas_per_sm)) / 8 * 8;
+  constexpr int kProducerRegs = 72;
+  // Only tiles with 128+ accumulators per thread are short of registers at the cap.
+  constexpr bool kReallocate = T.warp_m_tiles * T.nt > 128;
+  constexpr int kConsumerRegs =
+      (T.threads() * kRegCap - kProducerThreads * kProducerRegs) / (T.threads() - kProducerThreads) / 8 * 8 > 232
+          ? 232
+          : (T.threads() * kRegCap - kProducerThreads * kProducerRegs) / (T.threads() - kProducerThreads) / 8 * 8;
   constexpr int kProducerBarrier = 1;       // named barrier of the producer warpgroup
   constexpr int kFirstConsumerBarrier = 2;  // + consumer warpgroup index
 
@@ -87,6 +100,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 
   if (warp < 4) {
     // ================= producer warpgroup =================
+    if constexpr (kReallocate) async::setmaxnreg_dec<kProducerRegs>();
     if (p.x_tma && warp != 0) return;  // bulk and tensor copies need one warp
     const int64_t w_rowgroup_bytes = (p.k / 64) * pack::kWeightGranuleBytes;
     const int64_t s_rowgroup_bytes = (p.k / 128) * pack::kScaleGranuleBytes;
@@ -129,7 +143,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
         if (!p.x_tma) {
           if (p.debug_mode != 2) {
             constexpr int kPieces = T.bk * 2 / 16;  // 16-byte pieces per row
-#pragma unroll 4
+#pragma unroll 1
             for (int i = tid; i < T.nt * kPieces; i += kProducerThreads) {
               const int r = i / kPieces, piece = i % kPieces;
               const int32_t xrow = item_rows[r];
@@ -146,18 +160,16 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       }
     }
     if (!p.x_tma) asm volatile("cp.async.wait_all;\n" ::: "memory");
-    return;
-  }
-
+  } else {
   // ================= consumer warpgroups =================
-  const int cw = warp - 4;  // consumer warp: weight rows 16 cw .. 16 cw + 15 of the tile
-  const int cg = cw / 4;    // consumer warpgroup: rows 64 cg .. 64 cg + 63
+  if constexpr (kReallocate) async::setmaxnreg_inc<kConsumerRegs>();
+  const int cg = (warp - 4) / 4;  // consumer warpgroup: rows 64 MB cg .. 64 MB (cg + 1) - 1 of the tile
+  const int wg_warp = warp % 4;   // its warp w owns rows 16 w .. 16 w + 15 of each of its m64 blocks
   const int gtid = tid - kProducerThreads - cg * 128;
-  float* group_epi = epi + cg * (L.epilogue_group_bytes() / 4);
   // Every consumer thread arrives (its own reads are done): a lane-0 branch
   // here would make ptxas serialize the wgmma pipeline (C7513).
   auto release = [&](int s) { async::mbarrier_arrive(&empty[s]); };
-  float acc[T.nt / 2] = {};
+  float acc[kMB][T.nt / 2] = {};
   int slot = 0, pending = -1;  // pending: the previous stage's slot, released once its wgmma are done
   uint32_t phase = 0;
   for (int j = 0; j < my_items; ++j) {
@@ -167,27 +179,37 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       // cp.async wrote the activations through the generic proxy; wgmma reads through the async proxy
       if (!p.x_tma) wgmma::fence_proxy_async_shared();
       const uint8_t* st = smem + slot * L.smem_bytes_per_stage();
-      const uint8_t* wst = st + L.weight_offset() + cw * (kWGranPerStage * pack::kWeightGranuleBytes) + lane * 16;
-      const uint8_t* sst = st + L.scale_offset() + cw * (kSGranPerStage * pack::kScaleGranuleBytes) + (lane / 4) * 16;
       const uint32_t xbase = ptx::smem_addr(st + L.act_offset());
       if (p.debug_mode != 1) {
-        uint32_t a[2][4];  // double-buffered: a fragment stays live until its wgmma has read it
+        uint32_t a[2][kMB][4];  // double-buffered: a fragment stays live until its wgmma has read it
 #pragma unroll
         for (int kk = 0; kk < kWGranPerStage; ++kk) {
-          const uint4 wq = *reinterpret_cast<const uint4*>(wst + kk * pack::kWeightGranuleBytes);
-          const uint4 sq = *reinterpret_cast<const uint4*>(sst + (kk / 2) * pack::kScaleGranuleBytes);
+          uint4 wq[kMB], sq[kMB];
+#pragma unroll
+          for (int b = 0; b < kMB; ++b) {
+            const int rg = (cg * kMB + b) * 4 + wg_warp;  // 16-row group of the tile
+            wq[b] = *reinterpret_cast<const uint4*>(st + L.weight_offset() +
+                                                    (rg * kWGranPerStage + kk) * pack::kWeightGranuleBytes + lane * 16);
+            sq[b] = *reinterpret_cast<const uint4*>(st + L.scale_offset() +
+                                                    (rg * kSGranPerStage + kk / 2) * pack::kScaleGranuleBytes +
+                                                    (lane / 4) * 16);
+          }
 #pragma unroll
           for (int t = 0; t < 4; ++t) {
             const int q = kk * 4 + t, buf = q % 2;
-            dequant_fragment(wq, sq, t, (kk % 2) * 4 + t, p.scale_add2, a[buf]);
+            const uint64_t desc = wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32);
 #pragma unroll
-            for (int r = 0; r < 4; ++r) wgmma::fence_operand(a[buf][r]);
+            for (int b = 0; b < kMB; ++b) {
+              dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[buf][b]);
+#pragma unroll
+              for (int r = 0; r < 4; ++r) wgmma::fence_operand(a[buf][b][r]);
+            }
             wgmma::fence();
             // the item's first step overwrites the accumulators (no zeroing instructions in the pipeline)
-            wgmma::mma_rs<T.nt>(acc, a[buf], wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32),
-                                kt > 0 || q > 0);
+#pragma unroll
+            for (int b = 0; b < kMB; ++b) wgmma::mma_rs<T.nt>(acc[b], a[buf][b], desc, kt > 0 || q > 0);
             wgmma::commit_group();
-            wgmma::wait_group<1>();  // every wgmma but this one is done
+            wgmma::wait_group<1>();  // every wgmma but this step's is done
             if (q == 0 && pending >= 0) release(pending), pending = -1;
           }
         }
@@ -199,20 +221,36 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     }
     wgmma::wait_group<0>();
 #pragma unroll
-    for (int i = 0; i < T.nt / 2; ++i) wgmma::fence_operand(acc[i]);
+    for (int b = 0; b < kMB; ++b)
+#pragma unroll
+      for (int i = 0; i < T.nt / 2; ++i) wgmma::fence_operand(acc[b][i]);
     if (pending >= 0) release(pending), pending = -1;
 
-    // ---- epilogue of this warpgroup's 64 rows (the producer streams on meanwhile) ----
-    async::named_barrier(kFirstConsumerBarrier + cg, 128);  // its previous epilogue has read the staging tile
-    const int f = (cw % 4) * 16 + lane / 4;
-    const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + cg * 64 + f);
+    // ---- epilogue of this warpgroup's m64 blocks, kEpiTokens tokens per pass (the producer streams on meanwhile) ----
+    const int f = wg_warp * 16 + lane / 4;
 #pragma unroll
-    for (int jn = 0; jn < T.nt / 8; ++jn) {
-      const float v[4] = {acc[jn * 4], acc[jn * 4 + 1], acc[jn * 4 + 2], acc[jn * 4 + 3]};
-      stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
+    for (int b = 0; b < kMB; ++b) {
+      const int group = cg * kMB + b;  // 64-row staging group of the tile
+      float* group_epi = epi + group * (L.epilogue_group_bytes() / 4);
+      const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + group * 64 + f);
+#pragma unroll
+      for (int pass = 0; pass < T.nt / kEpiTokens; ++pass) {
+        WorkItem part = w;  // this pass's tokens
+        part.row0 = w.row0 + pass * kEpiTokens;
+        part.rows = min(kEpiTokens, w.rows - pass * kEpiTokens);
+        if (part.rows <= 0) break;                              // uniform across the warpgroup
+        async::named_barrier(kFirstConsumerBarrier + cg, 128);  // the previous pass has read the staging tile
+#pragma unroll
+        for (int jn = 0; jn < kEpiTokens / 8; ++jn) {
+          const int jj = pass * (kEpiTokens / 8) + jn;
+          const float v[4] = {acc[b][jj * 4], acc[b][jj * 4 + 1], acc[b][jj * 4 + 2], acc[b][jj * 4 + 3]};
+          stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
+        }
+        async::named_barrier(kFirstConsumerBarrier + cg, 128);
+        write_staged_tile<64, 128>(p, part, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + group * 64, gtid);
+      }
     }
-    async::named_barrier(kFirstConsumerBarrier + cg, 128);
-    write_staged_tile<64, 128>(p, w, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + cg * 64, gtid);
+  }
   }
 #else
   (void)p, (void)x_map;

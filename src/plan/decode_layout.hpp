@@ -26,7 +26,7 @@ struct DecodeTile {
   bool warp_specialized = false;
 
   constexpr int warps() const { return bm / (16 * warp_m_tiles); }  // math warps
-  constexpr int consumer_warpgroups() const { return bm / 64; }
+  constexpr int consumer_warpgroups() const { return warps() / 4; }
   constexpr int threads() const { return warps() * 32 + (warp_specialized ? 128 : 0); }
   constexpr int n8_tiles() const { return nt / 8; }
 };
@@ -56,6 +56,7 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     // Warp-specialized warpgroup-MMA tiles (sm_90a): prefill sizes, then decode
     // sizes where four consumer warpgroups share one small activation stage.
     {128, 128, 128, 1, 4, 1, true, true},
+    {256, 128, 128, 2, 3, 1, true, true},  // two m64 blocks per consumer warpgroup: half the activation reads from L2 per flop
     {128, 64, 128, 1, 6, 1, true, true},
     {256, 64, 128, 1, 4, 1, true, true},
     {256, 32, 128, 1, 6, 1, true, true},
@@ -101,7 +102,12 @@ struct DecodeSmemLayout {
   constexpr int64_t epilogue_group_rows() const { return tile.warp_specialized ? 64 : tile.bm; }
   constexpr int64_t epilogue_groups() const { return tile.bm / epilogue_group_rows(); }
   constexpr int64_t epilogue_row_stride() const { return (epilogue_group_rows() + 4) * 4; }
-  constexpr int64_t epilogue_group_bytes() const { return int64_t(tile.nt) * epilogue_row_stride(); }
+  // Tokens staged at once: all of them, except on wide warp-specialized tiles
+  // (bm x nt > 128 x 128), which stage 64 at a time to leave room for stages.
+  constexpr int64_t epilogue_tokens() const {
+    return tile.warp_specialized && int64_t(tile.bm) * tile.nt > 128 * 128 ? 64 : tile.nt;
+  }
+  constexpr int64_t epilogue_group_bytes() const { return epilogue_tokens() * epilogue_row_stride(); }
   constexpr int64_t epilogue_bytes() const { return align_up(epilogue_groups() * epilogue_group_bytes(), kSmemAlign); }
   // --- fixed: the per-expert chunk prefix the persistent scheduler searches,
   // and the current work item's activation row indices (gathered once per item) ---
@@ -149,8 +155,9 @@ constexpr bool decode_tiles_valid() {
       if (!t.warp_specialized) return false;
     }
     if (t.warp_specialized) {
-      // wgmma n = nt (the CuTe register-A atoms 8..128); 64 rows per consumer warpgroup
-      if (!t.wgmma || t.warp_m_tiles != 1 || t.bm % 64 || t.consumer_warpgroups() > 4) return false;
+      // wgmma n = nt (the CuTe register-A atoms 8..128); 64 rows per m64 block, warp_m_tiles blocks per consumer warpgroup
+      if (!t.wgmma || t.warp_m_tiles < 1 || t.warp_m_tiles > 2 || t.bm % (64 * t.warp_m_tiles)) return false;
+      if (t.consumer_warpgroups() < 1 || t.consumer_warpgroups() > 4) return false;
       if (t.nt != 8 && t.nt != 16 && t.nt != 32 && t.nt != 64 && t.nt != 128) return false;
     }
   }

@@ -53,7 +53,8 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
       {"base alignment", 0, t.wgmma ? "the dynamic shared memory base is 1024-byte aligned (no static shared memory)" : "-"},
       {"epilogue staging (fp32)", L.epilogue_bytes(),
        (L.epilogue_groups() > 1 ? std::to_string(L.epilogue_groups()) + " warpgroups x " : std::string()) +
-           std::to_string(t.nt) + " tokens x (" + std::to_string(L.epilogue_group_rows()) + " + 4) x 4"},
+           std::to_string(L.epilogue_tokens()) + " tokens" + (L.epilogue_tokens() < t.nt ? " at a time" : "") + " x (" +
+           std::to_string(L.epilogue_group_rows()) + " + 4) x 4"},
       {"scheduler prefix", L.scheduler_prefix_bytes(), "(1024 experts + 1) x 4, token chunks per expert"},
       {"row indices", L.row_index_bytes(),
        std::to_string(L.row_index_bytes() / 4 / t.nt) + " item(s) x " + std::to_string(t.nt) + " gathered activation rows x 4"},
@@ -136,6 +137,14 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // 32-token tiles (experts with more tokens take several chunks, whose weights
   // come from L2). Among tiles of that width: most resident warps, then the
   // deeper pipeline; small bm when there are too few items for the SMs.
+  // From ~96 tokens per expert on sm_90 the warp-specialized warpgroup-MMA tile
+  // with the most weight rows per activation byte wins (bench/results/*-prefill-h200.md).
+  if (capacity.cc == 90 && tokens_per_expert >= 96 && !std::getenv("FP4MOE_DISABLE_WGMMA")) {
+    for (int i = 0; i < kNumDecodeTiles; ++i) {
+      const DecodeTile& t = kDecodeTiles[i];
+      if (t.warp_specialized && t.nt == 128 && t.warp_m_tiles == 2 && plan_decode_tile(i, n, k, capacity).fits) return i;
+    }
+  }
   const int want_nt = tokens_per_expert <= 6 ? 8 : tokens_per_expert <= 12 ? 16 : 32;
   int best = -1;
   double best_score = -1e300;
@@ -143,7 +152,7 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
     const SmemPlan p = plan_decode_tile(i, n, k, capacity);
     if (!p.fits) continue;
     const DecodeTile& t = kDecodeTiles[i];
-    if (t.wgmma) continue;  // not ranked by default until measured: the tuner chooses them
+    if (t.wgmma) continue;  // below ~96 tokens per expert only the tuner picks warpgroup tiles
     const double chunks = std::ceil(std::max(1.0, tokens_per_expert) / t.nt);
     const double items = double(active_experts) * chunks * double(n / t.bm);
     double score = (t.nt == want_nt ? 1000.0 : -std::abs(std::log2(double(t.nt) / want_nt)) * 100.0) +
