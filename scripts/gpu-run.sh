@@ -58,6 +58,8 @@ fi
 echo
 echo "==== summary ===="
 for s in "${summary[@]}"; do echo "$s"; done
-for kind in decode prefill; do [ -f "$OUT/bench_${kind}_table.txt" ] && cat "$OUT/bench_${kind}_table.txt"; done
-[ -f "$OUT/tune.log" ] && tail -32 "$OUT/tune.log"
-[ -f "$OUT/bench/bench.md" ] && cat "$OUT/bench/bench.md"
+for kind in decode prefill; do
+  if [ -f "$OUT/bench_${kind}_table.txt" ]; then cat "$OUT/bench_${kind}_table.txt"; fi
+done
+if [ -f "$OUT/tune.log" ]; then tail -32 "$OUT/tune.log"; fi
+if [ -f "$OUT/bench/bench.md" ]; then cat "$OUT/bench/bench.md"; fi
