@@ -278,15 +278,14 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 
 // Warp-specialized tiles come from grouped_gemm_ws_sm90.cu (ws_kernel).
 template <int I>
-constexpr KernelFn kernel_entry() {
-  if constexpr (plan::kDecodeTiles[I].warp_specialized) return nullptr;
-  else return &decode_grouped_gemm_kernel<I>;
-}
-template <int... I>
-constexpr std::array<KernelFn, sizeof...(I)> make_kernel_table(std::integer_sequence<int, I...>) {
-  return {kernel_entry<I>()...};
-}
-constexpr auto kKernels = make_kernel_table(std::make_integer_sequence<int, plan::kNumDecodeTiles>{});
+struct AllWarpsKernel {
+  static constexpr KernelFn pick() {
+    if constexpr (plan::kDecodeTiles[I].warp_specialized) return nullptr;
+    else return &decode_grouped_gemm_kernel<I>;
+  }
+  static constexpr KernelFn fn = pick();
+};
+constexpr auto kKernels = tile_kernel_table<AllWarpsKernel>();
 
 struct DeviceState : DeviceLimits {
   // Per tile: the dynamic shared memory the kernel attribute allows, and the
@@ -327,6 +326,7 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
                  "decode GEMM: scatter_add needs accumulate, permuted_pair, topk_weights and top_k");
   else
     FP4MOE_CHECK(a.y, "decode GEMM: y is null");
+  FP4MOE_CHECK(a.x_rows >= 0, "decode GEMM: x_rows = " << a.x_rows << " is negative");
   if (a.epilogue == DecodeEpilogue::swiglu)
     FP4MOE_CHECK(a.n % 32 == 0, "decode GEMM: SwiGLU needs N = " << a.n << " to be a multiple of 32 (16 gate + 16 up rows)");
   // The planner decides whether this launch may run; nothing it rejects is launched.

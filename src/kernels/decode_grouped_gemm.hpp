@@ -31,7 +31,9 @@ struct DecodeGemmArgs {
   int64_t num_experts = 0, n = 0, k = 0;
   // Activations and routing, on the device.
   const __nv_bfloat16* x = nullptr;      // [x_rows, K]
-  int64_t x_rows = 0;  // optional: with gather null, lets warp-specialized tiles load x by TMA
+  // Optional, with gather null: x's row count (at least expert_offsets[E]); lets
+  // warp-specialized tiles load x by TMA. 0: unknown (they use cp.async).
+  int64_t x_rows = 0;
   const int32_t* gather = nullptr;       // [P] row of x for permuted row p, or nullptr (identity)
   const int32_t* expert_offsets = nullptr;  // [E+1]
   __nv_bfloat16* y = nullptr;            // [P, N] (store) or [P, N/2] (swiglu)

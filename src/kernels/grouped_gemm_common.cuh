@@ -7,10 +7,13 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include <array>
 #include <cstdint>
+#include <utility>
 
 #include "format/decode_pack.hpp"
 #include "kernels/decode_grouped_gemm.hpp"
+#include "plan/decode_layout.hpp"
 
 namespace fp4moe::kernels::detail {
 
@@ -38,6 +41,17 @@ struct KernelParams {
 // Every kernel takes the activations' tensor map; only the warp-specialized
 // tiles read it (the others get a zeroed one).
 using KernelFn = void (*)(KernelParams, CUtensorMap);
+
+// One entry per tile of plan::kDecodeTiles: Pick<I>::fn is tile I's kernel in
+// this file, or null where the other kernel file instantiates it.
+template <template <int> class Pick, int... I>
+constexpr std::array<KernelFn, sizeof...(I)> tile_kernel_table(std::integer_sequence<int, I...>) {
+  return {Pick<I>::fn...};
+}
+template <template <int> class Pick>
+constexpr auto tile_kernel_table() {
+  return tile_kernel_table<Pick>(std::make_integer_sequence<int, plan::kNumDecodeTiles>{});
+}
 
 // Prepared scale bytes Lo and Lo+1 of a 4-byte word (rows r and r+8 of one k16
 // step) -> bf16 operands s * 2^116 in the low and high half: one byte permute and

@@ -259,15 +259,14 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 }
 
 template <int I>
-constexpr KernelFn ws_entry() {
-  if constexpr (plan::kDecodeTiles[I].warp_specialized) return &grouped_gemm_ws_kernel<I>;
-  else return nullptr;
-}
-template <int... I>
-constexpr std::array<KernelFn, sizeof...(I)> make_ws_table(std::integer_sequence<int, I...>) {
-  return {ws_entry<I>()...};
-}
-constexpr auto kWsKernels = make_ws_table(std::make_integer_sequence<int, plan::kNumDecodeTiles>{});
+struct WarpSpecializedKernel {
+  static constexpr KernelFn pick() {
+    if constexpr (plan::kDecodeTiles[I].warp_specialized) return &grouped_gemm_ws_kernel<I>;
+    else return nullptr;
+  }
+  static constexpr KernelFn fn = pick();
+};
+constexpr auto kWsKernels = tile_kernel_table<WarpSpecializedKernel>();
 
 }  // namespace
 

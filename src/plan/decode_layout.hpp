@@ -151,9 +151,9 @@ constexpr bool decode_tiles_valid() {
     if (t.nt % 8 || t.bk % kScaleGranuleK || t.bm % (16 * t.warp_m_tiles) || t.warps() < 1 || t.warps() > 16) return false;
     if (t.nt % (2 * 8) && t.nt != 8) return false;  // ldmatrix.x4 covers two n8 tiles
     if (t.ctas_per_sm < 1 || t.max_stages < DecodeSmemLayout::kMinStages || t.max_stages > 8) return false;
-    if (t.wgmma && (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64)) {
-      if (!t.warp_specialized) return false;
-    }
+    if (t.wgmma && !t.warp_specialized &&
+        (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64))
+      return false;
     if (t.warp_specialized) {
       // wgmma n = nt (the CuTe register-A atoms 8..128); 64 rows per m64 block, warp_m_tiles blocks per consumer warpgroup
       if (!t.wgmma || t.warp_m_tiles < 1 || t.warp_m_tiles > 2 || t.bm % (64 * t.warp_m_tiles)) return false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "fp4moe/error.hpp"
+#include "runtime/captured_graph.hpp"
 #include "runtime/ceilings.hpp"
 #include "runtime/cublas_check.hpp"
 #include "runtime/cuda_check.hpp"
@@ -39,24 +40,18 @@ TimingStats CublasGroupedPeer::time(size_t shape, const std::vector<int32_t>& co
   const int64_t n = shapes_[shape].n, k = shapes_[shape].k;
   const __nv_bfloat16* w = weights_[shape].get();
   const float alpha = 1.f, beta = 0.f;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  int64_t row = 0;
-  for (size_t e = 0; e < counts.size(); ++e) {
-    if (!counts[e]) continue;
-    FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), counts[e], int(k), &alpha,
-                                     w + int64_t(e) * n * k, CUDA_R_16BF, int(k), x_.get() + row * k, CUDA_R_16BF,
-                                     int(k), &beta, y_.get() + row * n, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
-                                     CUBLAS_GEMM_DEFAULT));
-    row += counts[e];
-  }
-  FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const TimingStats t = time_on_stream([&] { FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream_)); }, stream_, 3, reps);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return t;
+  const CapturedGraph graph(stream_, [&] {
+    int64_t row = 0;
+    for (size_t e = 0; e < counts.size(); ++e) {
+      if (!counts[e]) continue;
+      FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), counts[e], int(k), &alpha,
+                                       w + int64_t(e) * n * k, CUDA_R_16BF, int(k), x_.get() + row * k, CUDA_R_16BF,
+                                       int(k), &beta, y_.get() + row * n, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+      row += counts[e];
+    }
+  });
+  return time_on_stream([&] { graph.launch(); }, stream_, 3, reps);
 }
 
 }  // namespace fp4moe

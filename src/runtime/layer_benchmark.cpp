@@ -10,6 +10,7 @@
 
 #include "fp4moe/device.hpp"
 #include "fp4moe/error.hpp"
+#include "runtime/captured_graph.hpp"
 #include "runtime/cublas_peer.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
@@ -75,15 +76,10 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
     DeviceBuffer<float> dl(logits);
     auto fwd = [&] { layer.forward(s, x.get(), dl.get(), T, out.get()); };
     fwd();
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    fwd();
-    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-    const TimingStats lt = time_on_stream([&] { FP4MOE_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, s, 5, o.reps);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
+    const TimingStats lt = [&] {
+      const CapturedGraph graph(s, fwd);
+      return time_on_stream([&] { graph.launch(); }, s, 5, o.reps);
+    }();
     const auto stages = layer.profile(s, x.get(), dl.get(), T, out.get(), o.reps);
     layer.check_status(s);
 

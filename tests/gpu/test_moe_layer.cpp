@@ -7,6 +7,7 @@
 #include "fp4moe/layer.hpp"
 #include "fp4moe/reference.hpp"
 #include "gpu_test_util.hpp"
+#include "runtime/captured_graph.hpp"
 #include "runtime/device_buffer.hpp"
 
 namespace fp4moe {
@@ -48,16 +49,9 @@ GpuRun run_layer(MoeLayer& layer, const LayerCase& c, bool graph = false) {
                   reinterpret_cast<__nv_bfloat16*>(dout.get()));
   };
   if (graph) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    fwd();
-    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-    FP4MOE_CUDA_CHECK(cudaGraphLaunch(ge, s));
+    const CapturedGraph g(s, fwd);
+    g.launch();
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
   } else {
     fwd();
   }
