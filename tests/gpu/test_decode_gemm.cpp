@@ -182,6 +182,21 @@ TEST(GpuDecodeGemm, RejectsWhatThePlannerRejects) {
   EXPECT_THROW(kernels::launch_decode_grouped_gemm(args, launch, nullptr), Error);
   launch.tile = 99;
   EXPECT_THROW(kernels::decode_launch_smem_bytes(launch), Error);
+  // A negative row count is named before anything is launched (the pointers are never dereferenced).
+  static uint8_t dummy[16];
+  args.weights = args.scales = dummy;
+  args.dequant_scale = reinterpret_cast<const float*>(dummy);
+  args.x = reinterpret_cast<const __nv_bfloat16*>(dummy);
+  args.expert_offsets = reinterpret_cast<const int32_t*>(dummy);
+  args.y = reinterpret_cast<__nv_bfloat16*>(dummy);
+  args.x_rows = -1;
+  launch.tile = 0;
+  try {
+    kernels::launch_decode_grouped_gemm(args, launch, nullptr);
+    ADD_FAILURE() << "x_rows = -1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("x_rows = -1"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
