@@ -95,6 +95,21 @@ __device__ __forceinline__ void tensor_copy_2d(void* smem, const CUtensorMap* ma
 #endif
 }
 
+// One box of a 3D tensor map at element coordinates (c0 innermost, c1, c2).
+__device__ __forceinline__ void tensor_copy_3d(void* smem, const CUtensorMap* map, int32_t c0, int32_t c1, int32_t c2,
+                                               uint64_t* bar) {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+          "r"(ptx::smem_addr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(ptx::smem_addr(bar))
+      : "memory");
+#else
+  (void)smem, (void)map, (void)c0, (void)c1, (void)c2, (void)bar;
+  __trap();
+#endif
+}
+
 // Warpgroup register reallocation (sm_90a): a producer gives registers back,
 // consumers take them. Every thread of the warpgroup executes it.
 template <int Regs>

@@ -42,7 +42,7 @@ using namespace detail;
 
 template <int TileIndex>
 __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan::kDecodeTiles[TileIndex].ctas_per_sm)
-    decode_grouped_gemm_kernel(const KernelParams p, const __grid_constant__ CUtensorMap /*unused: cp.async loads*/) {
+    decode_grouped_gemm_kernel(const KernelParams p, const __grid_constant__ TensorMaps /*unused: cp.async loads*/) {
   constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];
   constexpr DecodeSmemLayout L{T};
   constexpr int kThreads = T.threads();
@@ -357,12 +357,16 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
                   launch.debug_mode, 0};
   // Warp-specialized tiles read contiguous activation rows through a tensor map
   // (TMA); gathered rows, or rows of unknown count, go through cp.async.
-  CUtensorMap x_map{};
-  if (tile.warp_specialized && !a.gather && a.x_rows > 0) {
-    x_map = activation_tensor_map(a.x, a.x_rows, a.k, tile.nt);
-    kp.x_tma = 1;
+  TensorMaps maps{};
+  if (tile.warp_specialized) {
+    maps.weights = weight_tensor_map(a.weights, a.num_experts, a.n, a.k, tile.bm, tile.bk);
+    maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile.bm, tile.bk);
+    if (!a.gather && a.x_rows > 0) {
+      maps.x = activation_tensor_map(a.x, a.x_rows, a.k, tile.nt);
+      kp.x_tma = 1;
+    }
   }
-  fn<<<grid, tile.threads(), static_cast<size_t>(smem), stream>>>(kp, x_map);
+  fn<<<grid, tile.threads(), static_cast<size_t>(smem), stream>>>(kp, maps);
   FP4MOE_CHECK_LAUNCH("decode_grouped_gemm");
 }
 

@@ -38,9 +38,14 @@ struct KernelParams {
   int x_tma;            // warp-specialized tiles: activations through the tensor map (contiguous rows)
 };
 
-// Every kernel takes the activations' tensor map; only the warp-specialized
-// tiles read it (the others get a zeroed one).
-using KernelFn = void (*)(KernelParams, CUtensorMap);
+// The tensor maps a warp-specialized tile's producer copies through (TMA):
+// contiguous activation rows (zeroed when the rows are gathered), and the
+// prepared weights and block scales, so that a stage is one copy per operand.
+// Every kernel takes them; the all-warps tiles get zeroed ones.
+struct TensorMaps {
+  CUtensorMap x, weights, scales;
+};
+using KernelFn = void (*)(KernelParams, TensorMaps);
 
 // One entry per tile of plan::kDecodeTiles: Pick<I>::fn is tile I's kernel in
 // this file, or null where the other kernel file instantiates it.

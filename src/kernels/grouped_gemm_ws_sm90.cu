@@ -12,11 +12,15 @@
 //   mbarrier transaction count ("full"); consumers hand slots back through an
 //   "empty" mbarrier, one arrival per consumer thread.
 // - Consumers: each warpgroup owns 64 x warp_m_tiles weight rows; every k16
-//   step it dequantizes its A fragments in registers and issues one wgmma
-//   m64 x nt x k16 per m64 block with the tokens from shared memory (more rows
-//   per warpgroup: fewer activation bytes from L2 per flop). Two A buffers keep one wgmma in flight
-//   across steps and across stages: a slot is released right after the next
-//   stage's first wait, never by draining the tensor cores at a stage boundary.
+//   step it dequantizes its A fragments in registers and then, on wgmma tiles,
+//   issues one wgmma m64 x nt x k16 per m64 block with the tokens from shared
+//   memory (more rows per warpgroup: fewer activation bytes from L2 per flop).
+//   Two A buffers keep one wgmma in flight across steps and across stages: a
+//   slot is released right after the next stage's first wait, never by
+//   draining the tensor cores at a stage boundary. On mma.sync tiles (decode,
+//   few tokens: the tensor cores idle, the issue slots are the limit) each
+//   warp multiplies its 16-row groups by ldmatrix fragments of the same
+//   swizzled stage and releases the slot when its reads are done.
 // - Items run expert-major so one expert's weights and its tokens' rows stay
 //   in L2 while all its (N tile, token chunk) items are computed.
 #include <cuda_bf16.h>
@@ -40,7 +44,7 @@ using plan::DecodeSmemLayout;
 
 template <int TileIndex>
 __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan::kDecodeTiles[TileIndex].ctas_per_sm)
-    grouped_gemm_ws_kernel(const KernelParams p, const __grid_constant__ CUtensorMap x_map) {
+    grouped_gemm_ws_kernel(const KernelParams p, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];
   static_assert(T.warp_specialized);
@@ -59,8 +63,9 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // of 8); where that is too few, the producer keeps 72 and the consumers share the rest.
   constexpr int kRegCap = (65536 / (T.threads() * T.ctas_per_sm)) / 8 * 8;
   constexpr int kProducerRegs = 72;
-  // Only tiles with 128+ accumulators per thread are short of registers at the cap.
-  constexpr bool kReallocate = T.warp_m_tiles * T.nt > 128;
+  // Only tiles with 128+ accumulators per thread (64+ with mma.sync, whose
+  // fragments and activation tiles are per warp) are short of registers at the cap.
+  constexpr bool kReallocate = T.warp_m_tiles * T.nt > (T.wgmma ? 128 : 64);
   constexpr int kConsumerRegs =
       (T.threads() * kRegCap - kProducerThreads * kProducerRegs) / (T.threads() - kProducerThreads) / 8 * 8 > 232
           ? 232
@@ -102,9 +107,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     // ================= producer warpgroup =================
     if constexpr (kReallocate) async::setmaxnreg_dec<kProducerRegs>();
     if (p.x_tma && warp != 0) return;  // bulk and tensor copies need one warp
-    const int64_t w_rowgroup_bytes = (p.k / 64) * pack::kWeightGranuleBytes;
-    const int64_t s_rowgroup_bytes = (p.k / 128) * pack::kScaleGranuleBytes;
     const uint32_t tx = p.debug_mode == 2 ? 0u : kStageTx + (p.x_tma ? kActStageBytes : 0u);
+    const int rowgroups_per_expert = static_cast<int>(p.n / 16);
     int slot = 0;
     uint32_t phase = 0;
     for (int j = 0; j < my_items; ++j) {
@@ -115,28 +119,22 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
           item_rows[r] = r < w.rows ? (p.gather ? p.gather[w.row0 + r] : w.row0 + r) : -1;
         async::named_barrier(kProducerBarrier, kProducerThreads);
       }
-      const uint8_t* wsrc = p.weights + w.expert * (p.n * p.k / 2) + int64_t(w.ntile) * kRowGroups * w_rowgroup_bytes;
-      const uint8_t* ssrc = p.scales + w.expert * (p.n * p.k / 16) + int64_t(w.ntile) * kRowGroups * s_rowgroup_bytes;
+      const int rowgroup0 = w.expert * rowgroups_per_expert + w.ntile * kRowGroups;  // the tile's first 16-row group
       for (int kt = 0; kt < KT; ++kt) {
         async::mbarrier_wait(&empty[slot], phase ^ 1);
         uint8_t* st = smem + slot * L.smem_bytes_per_stage();
-        if (warp == 0) {
-          if (lane == 0) async::mbarrier_arrive_expect_tx(&full[slot], tx);
-          __syncwarp();
+        if (warp == 0 && lane == 0) {
+          // One elected thread: the stage's weights, scales and (contiguous rows) activations are one
+          // tensor copy each (per 64-k atom for the activations): the producer's issue cost stays a few
+          // instructions per stage however busy the consumers keep the SM's schedulers.
+          async::mbarrier_arrive_expect_tx(&full[slot], tx);
           if (p.debug_mode != 2) {
-            // one bulk copy per 16-row group for its weights, one for its scales
-            for (int g = lane; g < kRowGroups; g += 32) {
-              async::bulk_copy(st + L.weight_offset() + g * (kWGranPerStage * pack::kWeightGranuleBytes),
-                               wsrc + g * w_rowgroup_bytes + int64_t(kt) * kWGranPerStage * pack::kWeightGranuleBytes,
-                               kWGranPerStage * pack::kWeightGranuleBytes, &full[slot]);
-              async::bulk_copy(st + L.scale_offset() + g * (kSGranPerStage * pack::kScaleGranuleBytes),
-                               ssrc + g * s_rowgroup_bytes + int64_t(kt) * kSGranPerStage * pack::kScaleGranuleBytes,
-                               kSGranPerStage * pack::kScaleGranuleBytes, &full[slot]);
-            }
-            if (p.x_tma && lane == 0)
+            async::tensor_copy_3d(st + L.weight_offset(), &maps.weights, 0, kt * (T.bk / 32), rowgroup0, &full[slot]);
+            async::tensor_copy_2d(st + L.scale_offset(), &maps.scales, kt * T.bk, rowgroup0, &full[slot]);
+            if (p.x_tma)
 #pragma unroll
               for (int a = 0; a < kWGranPerStage; ++a)
-                async::tensor_copy_2d(st + L.act_offset() + a * (T.nt * 128), &x_map, kt * T.bk + a * 64, w.row0,
+                async::tensor_copy_2d(st + L.act_offset() + a * (T.nt * 128), &maps.x, kt * T.bk + a * 64, w.row0,
                                       &full[slot]);
           }
         }
@@ -169,31 +167,44 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // Every consumer thread arrives (its own reads are done): a lane-0 branch
   // here would make ptxas serialize the wgmma pipeline (C7513).
   auto release = [&](int s) { async::mbarrier_arrive(&empty[s]); };
+  // This warp's 16-byte weight and scale pieces of granule kk, per m64 block.
+  auto load_weight_granules = [&](const uint8_t* st, int kk, uint4 (&wq)[kMB], uint4 (&sq)[kMB]) {
+#pragma unroll
+    for (int b = 0; b < kMB; ++b) {
+      const int rg = (cg * kMB + b) * 4 + wg_warp;  // 16-row group of the tile
+      wq[b] = *reinterpret_cast<const uint4*>(st + L.weight_offset() + (rg * kWGranPerStage + kk) * pack::kWeightGranuleBytes +
+                                              lane * 16);
+      sq[b] = *reinterpret_cast<const uint4*>(st + L.scale_offset() +
+                                              (rg * kSGranPerStage + kk / 2) * pack::kScaleGranuleBytes + (lane / 4) * 16);
+    }
+  };
   float acc[kMB][T.nt / 2] = {};
+  // mma.sync consumers with short chains (few token tiles) alternate two
+  // accumulator sets so consecutive mma.sync do not wait on each other.
+  constexpr int kAccSets = !T.wgmma && kMB * T.n8_tiles() < 4 ? 2 : 1;
+  float acc_odd[kAccSets == 2 ? kMB : 1][kAccSets == 2 ? T.nt / 2 : 1] = {};
+  // ldmatrix rows of this lane: token r = (lane % 8) + 8 * (lane / 16) (+ 8 jn), k half (lane / 8) % 2;
+  // in the swizzled layout chunk c of token r sits at c ^ (r % 8), and r % 8 = lane % 8.
+  const int ld_row = (lane % 8) + (T.nt >= 16 ? (lane / 16) * 8 : 0), ld_khalf = (lane / 8) % 2;
   int slot = 0, pending = -1;  // pending: the previous stage's slot, released once its wgmma are done
   uint32_t phase = 0;
   for (int j = 0; j < my_items; ++j) {
     const WorkItem w = item(j);
     for (int kt = 0; kt < KT; ++kt) {
+      if (!T.wgmma && p.debug_mode == 3) async::named_barrier(6, kConsumerWarps * 32);  // experiment: lockstep consumers
       async::mbarrier_wait(&full[slot], phase);
-      // cp.async wrote the activations through the generic proxy; wgmma reads through the async proxy
-      if (!p.x_tma) wgmma::fence_proxy_async_shared();
       const uint8_t* st = smem + slot * L.smem_bytes_per_stage();
-      const uint32_t xbase = ptx::smem_addr(st + L.act_offset());
-      if (p.debug_mode != 1) {
+      if (p.debug_mode == 1) {
+        release(slot);
+      } else if constexpr (T.wgmma) {
+        // cp.async wrote the activations through the generic proxy; wgmma reads through the async proxy
+        if (!p.x_tma) wgmma::fence_proxy_async_shared();
+        const uint32_t xbase = ptx::smem_addr(st + L.act_offset());
         uint32_t a[2][kMB][4];  // double-buffered: a fragment stays live until its wgmma has read it
 #pragma unroll
         for (int kk = 0; kk < kWGranPerStage; ++kk) {
           uint4 wq[kMB], sq[kMB];
-#pragma unroll
-          for (int b = 0; b < kMB; ++b) {
-            const int rg = (cg * kMB + b) * 4 + wg_warp;  // 16-row group of the tile
-            wq[b] = *reinterpret_cast<const uint4*>(st + L.weight_offset() +
-                                                    (rg * kWGranPerStage + kk) * pack::kWeightGranuleBytes + lane * 16);
-            sq[b] = *reinterpret_cast<const uint4*>(st + L.scale_offset() +
-                                                    (rg * kSGranPerStage + kk / 2) * pack::kScaleGranuleBytes +
-                                                    (lane / 4) * 16);
-          }
+          load_weight_granules(st, kk, wq, sq);
 #pragma unroll
           for (int t = 0; t < 4; ++t) {
             const int q = kk * 4 + t, buf = q % 2;
@@ -215,16 +226,49 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
         }
         pending = slot;
       } else {
+        // mma.sync: each warp multiplies its own rows; the slot is free once its reads are in registers.
+        const uint8_t* xst = st + L.act_offset();
+#pragma unroll
+        for (int kk = 0; kk < kWGranPerStage; ++kk) {
+          uint4 wq[kMB], sq[kMB];
+          load_weight_granules(st, kk, wq, sq);
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            uint32_t a[kMB][4];
+#pragma unroll
+            for (int b = 0; b < kMB; ++b) dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[b]);
+            const uint8_t* xatom = xst + kk * (T.nt * 128) + ((((t * 2 + ld_khalf) ^ (lane % 8))) * 16);
+#pragma unroll
+            for (int jn = 0; jn < T.n8_tiles(); jn += 2) {
+              uint32_t bf[4];
+              if constexpr (T.n8_tiles() == 1) ptx::ldmatrix_x2(bf, xatom + ld_row * 128);
+              else ptx::ldmatrix_x4(bf, xatom + (jn * 8 + ld_row) * 128);
+#pragma unroll
+              for (int b = 0; b < kMB; ++b) {
+                float* c = kAccSets == 2 && (t & 1) ? acc_odd[b] : acc[b];
+                ptx::mma_bf16_16816(c + jn * 4, a[b], bf);
+                if constexpr (T.n8_tiles() > 1) ptx::mma_bf16_16816(c + (jn + 1) * 4, a[b], bf + 2);
+              }
+            }
+          }
+        }
         release(slot);
       }
       if (++slot == stages) slot = 0, phase ^= 1;
     }
-    wgmma::wait_group<0>();
+    if constexpr (T.wgmma) {
+      wgmma::wait_group<0>();
 #pragma unroll
-    for (int b = 0; b < kMB; ++b)
+      for (int b = 0; b < kMB; ++b)
 #pragma unroll
-      for (int i = 0; i < T.nt / 2; ++i) wgmma::fence_operand(acc[b][i]);
-    if (pending >= 0) release(pending), pending = -1;
+        for (int i = 0; i < T.nt / 2; ++i) wgmma::fence_operand(acc[b][i]);
+      if (pending >= 0) release(pending), pending = -1;
+    } else if constexpr (kAccSets == 2) {
+#pragma unroll
+      for (int b = 0; b < kMB; ++b)
+#pragma unroll
+        for (int i = 0; i < T.nt / 2; ++i) acc[b][i] += acc_odd[b][i], acc_odd[b][i] = 0.f;
+    }
 
     // ---- epilogue of this warpgroup's m64 blocks, kEpiTokens tokens per pass (the producer streams on meanwhile) ----
     const int f = wg_warp * 16 + lane / 4;
@@ -250,10 +294,16 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
         write_staged_tile<64, 128>(p, part, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + group * 64, gtid);
       }
     }
+    if constexpr (!T.wgmma) {  // wgmma overwrites them at the next item's first step
+#pragma unroll
+      for (int b = 0; b < kMB; ++b)
+#pragma unroll
+        for (int i = 0; i < T.nt / 2; ++i) acc[b][i] = 0.f;
+    }
   }
   }
 #else
-  (void)p, (void)x_map;
+  (void)p, (void)maps;
   __trap();  // the planner accepts warp-specialized tiles only on sm_90
 #endif
 }
@@ -276,7 +326,11 @@ KernelFn ws_kernel(int tile) {
   return kWsKernels[static_cast<size_t>(tile)];
 }
 
-CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t k, int nt) {
+namespace {
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda).
+CUtensorMap encode_tiled(CUtensorMapDataType type, cuuint32_t rank, const void* base, const cuuint64_t* dims,
+                         const cuuint64_t* strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle, const char* what) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                               const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                               CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -287,19 +341,46 @@ CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t 
     FP4MOE_CHECK(found == cudaDriverEntryPointSuccess && fn, "the driver has no cuTensorMapEncodeTiled (CUDA 12.0+ needed)");
     return reinterpret_cast<Encode>(fn);
   }();
-  FP4MOE_CHECK(k % 64 == 0 && rows > 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0,
-               "activation tensor map: x [" << rows << ", " << k << "] needs K a multiple of 64 and 16-byte alignment");
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, what << ": the base address is not 16-byte aligned");
   CUtensorMap map;
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(&map, type, rank, const_cast<void*>(base), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FP4MOE_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult " << int(r) << ") for " << what);
+  return map;
+}
+
+}  // namespace
+
+CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t k, int nt) {
+  FP4MOE_CHECK(k % 64 == 0 && rows > 0,
+               "activation tensor map: x [" << rows << ", " << k << "] needs K a multiple of 64 and at least one row");
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
   const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(nt)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(x), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FP4MOE_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult " << int(r) << ") for x [" << rows << ", " << k
-                                                                              << "] with boxes of 64 x " << nt);
-  return map;
+  return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                      "activations x");
+}
+
+CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64_t n, int64_t k, int bm, int bk) {
+  FP4MOE_CHECK(n % 16 == 0 && k % 256 == 0 && bk % 32 == 0 && bk / 32 <= 256 && bm / 16 <= 256,
+               "weight tensor map: N = " << n << ", K = " << k << " with a " << bm << " x " << bk << " tile");
+  const cuuint64_t dims[3] = {256, static_cast<cuuint64_t>(k / 32), static_cast<cuuint64_t>(num_experts * n / 16)};
+  const cuuint64_t strides[2] = {256, static_cast<cuuint64_t>(k) * 8};  // bytes: a row group holds K/64 x 512
+  const cuuint32_t box[3] = {256, static_cast<cuuint32_t>(bk / 32), static_cast<cuuint32_t>(bm / 16)};
+  return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, weights, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE,
+                      "prepared weights");
+}
+
+CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, int bm, int bk) {
+  FP4MOE_CHECK(n % 16 == 0 && k % 128 == 0 && bk <= 256 && bm / 16 <= 256,
+               "scale tensor map: N = " << n << ", K = " << k << " with a " << bm << " x " << bk << " tile");
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(num_experts * n / 16)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};  // bytes: a row group holds K/128 x 128
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(bk), static_cast<cuuint32_t>(bm / 16)};
+  return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, scales, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE,
+                      "prepared block scales");
 }
 
 }  // namespace fp4moe::kernels

@@ -20,12 +20,16 @@ struct DecodeTile {
   int max_stages;
   int ctas_per_sm;  // occupancy target: the stage budget is the SM's share for this many CTAs
   bool wgmma = false;  // Hopper warpgroup MMA (sm_90a only): 4 warps x 16 rows = m64, tokens = n
-  // Warp-specialized (sm_90a only, implies wgmma): one producer warpgroup fills the
-  // stages with bulk/tensor copies (or cp.async for gathered rows) on mbarriers,
-  // bm/64 consumer warpgroups dequantize and multiply (src/kernels/grouped_gemm_ws_sm90.cu).
+  // Warp-specialized (sm_90a only): one producer warpgroup fills the stages with
+  // bulk/tensor copies (or cp.async for gathered rows) on mbarriers, consumer
+  // warpgroups dequantize and multiply (src/kernels/grouped_gemm_ws_sm90.cu):
+  // with wgmma (m64 x nt per warpgroup) or, without, mma.sync (m16 x n8 per warp).
   bool warp_specialized = false;
 
   constexpr int warps() const { return bm / (16 * warp_m_tiles); }  // math warps
+  // Activations in the 128-byte-swizzled K-major layout that wgmma descriptors
+  // and TMA boxes use; ldmatrix reads it without bank conflicts too.
+  constexpr bool swizzled_activations() const { return wgmma || warp_specialized; }
   constexpr int consumer_warpgroups() const { return warps() / 4; }
   constexpr int threads() const { return warps() * 32 + (warp_specialized ? 128 : 0); }
   constexpr int n8_tiles() const { return nt / 8; }
@@ -63,6 +67,14 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     {256, 16, 128, 1, 6, 1, true, true},
     {256, 8, 128, 1, 6, 1, true, true},
     {128, 8, 128, 1, 8, 2, true, true},
+    // Warp-specialized mma.sync tiles (sm_90a): the producer's bulk copies keep
+    // the loads off the math warps' issue slots and no CTA barrier stops them;
+    // each consumer warp runs on its own (decode sizes, 1..64 tokens per expert).
+    {256, 8, 256, 1, 5, 1, false, true},
+    {128, 8, 256, 1, 4, 2, false, true},
+    {256, 16, 256, 1, 5, 1, false, true},
+    {256, 32, 256, 1, 4, 1, false, true},
+    {256, 64, 128, 2, 6, 1, false, true},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 
@@ -79,13 +91,13 @@ struct DecodeSmemLayout {
   // --- one pipeline stage ---
   constexpr int64_t weight_bytes_per_stage() const { return int64_t(tile.bm) * tile.bk / 2; }
   constexpr int64_t scale_bytes_per_stage() const { return int64_t(tile.bm) * tile.bk / 16; }
-  // mma.sync tiles: activation rows padded by 16 bytes so ldmatrix's 8 row
-  // addresses hit 8 bank groups. Warpgroup tiles: the 128-byte-swizzled K-major
-  // layout wgmma reads ([bk/64][nt rows][128 bytes], 1024-byte aligned, no padding).
-  constexpr int64_t act_row_stride() const { return int64_t(tile.bk) * 2 + (tile.wgmma ? 0 : 16); }
+  // All-warps mma.sync tiles: activation rows padded by 16 bytes so ldmatrix's 8
+  // row addresses hit 8 bank groups. Warpgroup and warp-specialized tiles: the
+  // 128-byte-swizzled K-major layout ([bk/64][nt rows][128 bytes], 1024-byte aligned).
+  constexpr int64_t act_row_stride() const { return int64_t(tile.bk) * 2 + (tile.swizzled_activations() ? 0 : 16); }
   constexpr int64_t act_bytes_per_stage() const { return int64_t(tile.nt) * act_row_stride(); }
-  constexpr int64_t act_padding_per_stage() const { return tile.wgmma ? 0 : int64_t(tile.nt) * 16; }
-  constexpr int64_t stage_align() const { return tile.wgmma ? 1024 : kSmemAlign; }
+  constexpr int64_t act_padding_per_stage() const { return tile.swizzled_activations() ? 0 : int64_t(tile.nt) * 16; }
+  constexpr int64_t stage_align() const { return tile.swizzled_activations() ? 1024 : kSmemAlign; }
   // Offsets inside a stage.
   constexpr int64_t weight_offset() const { return 0; }
   constexpr int64_t scale_offset() const { return weight_bytes_per_stage(); }
@@ -155,10 +167,12 @@ constexpr bool decode_tiles_valid() {
         (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64))
       return false;
     if (t.warp_specialized) {
-      // wgmma n = nt (the CuTe register-A atoms 8..128); 64 rows per m64 block, warp_m_tiles blocks per consumer warpgroup
-      if (!t.wgmma || t.warp_m_tiles < 1 || t.warp_m_tiles > 2 || t.bm % (64 * t.warp_m_tiles)) return false;
+      // wgmma n = nt (the CuTe register-A atoms 8..128); 64 rows per m64 block, warp_m_tiles blocks per
+      // consumer warpgroup (mma.sync consumers: warp_m_tiles m16 tiles per warp, the same rows)
+      if (t.warp_m_tiles < 1 || t.warp_m_tiles > 2 || t.bm % (64 * t.warp_m_tiles) || t.bk % 64) return false;
       if (t.consumer_warpgroups() < 1 || t.consumer_warpgroups() > 4) return false;
       if (t.nt != 8 && t.nt != 16 && t.nt != 32 && t.nt != 64 && t.nt != 128) return false;
+      if (!t.wgmma && t.nt > 64) return false;  // mma.sync accumulators: at most 2 x 64 / 2 per thread
     }
   }
   return true;

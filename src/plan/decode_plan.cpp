@@ -14,7 +14,7 @@ std::string decode_tile_name(int tile_index) {
   const DecodeTile& t = kDecodeTiles[tile_index];
   std::ostringstream os;
   os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles << "_c" << t.ctas_per_sm
-     << (t.warp_specialized ? "_ws" : t.wgmma ? "_wgmma" : "");
+     << (t.warp_specialized ? (t.wgmma ? "_ws" : "_ws_sync") : t.wgmma ? "_wgmma" : "");
   return os.str();
 }
 
@@ -44,13 +44,13 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
       {"activations (bf16)", (L.act_bytes_per_stage() - L.act_padding_per_stage()) * p.stages,
        std::to_string(t.nt) + " tokens x " + std::to_string(t.bk) + " k x 2" + xs},
       {"activation row padding", L.act_padding_per_stage() * p.stages,
-       t.wgmma ? "none: 128-byte swizzle" : "16 bytes per row against ldmatrix bank conflicts" + xs},
+       t.swizzled_activations() ? "none: 128-byte swizzle" : "16 bytes per row against ldmatrix bank conflicts" + xs},
       {"stage alignment padding", L.stage_alignment_padding() * p.stages,
-       std::string("operands start on ") + (t.wgmma ? "1024" : "128") + " bytes" + xs},
+       std::string("operands start on ") + (t.swizzled_activations() ? "1024" : "128") + " bytes" + xs},
       {"pipeline barriers", L.barrier_bytes(),
        t.warp_specialized ? "full + empty mbarrier x " + std::to_string(t.max_stages) + " stages (most) x 8"
                           : "cp.async groups need no mbarrier"},
-      {"base alignment", 0, t.wgmma ? "the dynamic shared memory base is 1024-byte aligned (no static shared memory)" : "-"},
+      {"base alignment", 0, t.swizzled_activations() ? "the dynamic shared memory base is 1024-byte aligned (no static shared memory)" : "-"},
       {"epilogue staging (fp32)", L.epilogue_bytes(),
        (L.epilogue_groups() > 1 ? std::to_string(L.epilogue_groups()) + " warpgroups x " : std::string()) +
            std::to_string(L.epilogue_tokens()) + " tokens" + (L.epilogue_tokens() < t.nt ? " at a time" : "") + " x (" +
@@ -68,9 +68,11 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
     why << "occupancy target " << t.ctas_per_sm << " CTAs/SM: per-block budget " << budget.per_sm << " / "
         << t.ctas_per_sm << " - " << budget.reserved_per_block << " = " << capacity << " of the "
         << budget.optin_per_block << " opt-in; ";
-  if (t.wgmma && (budget.cc != 90 || std::getenv("FP4MOE_DISABLE_WGMMA"))) {
+  if ((t.wgmma || t.warp_specialized) && (budget.cc != 90 || (t.wgmma && std::getenv("FP4MOE_DISABLE_WGMMA")))) {
     p.fits = false;
-    if (budget.cc != 90) why << name << " uses Hopper warpgroup MMA (sm_90a); the target is sm_" << budget.cc;
+    if (budget.cc != 90)
+      why << name << " uses Hopper " << (t.wgmma ? "warpgroup MMA" : "bulk copies and transaction mbarriers")
+          << " (built for sm_90a only); the target is sm_" << budget.cc;
     else why << name << ": warpgroup-MMA tiles are switched off by FP4MOE_DISABLE_WGMMA";
     p.explanation = why.str();
     return p;
@@ -152,7 +154,7 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
     const SmemPlan p = plan_decode_tile(i, n, k, capacity);
     if (!p.fits) continue;
     const DecodeTile& t = kDecodeTiles[i];
-    if (t.wgmma) continue;  // below ~96 tokens per expert only the tuner picks warpgroup tiles
+    if (t.wgmma || t.warp_specialized) continue;  // below ~96 tokens per expert only the tuner picks these
     const double chunks = std::ceil(std::max(1.0, tokens_per_expert) / t.nt);
     const double items = double(active_experts) * chunks * double(n / t.bm);
     double score = (t.nt == want_nt ? 1000.0 : -std::abs(std::log2(double(t.nt) / want_nt)) * 100.0) +

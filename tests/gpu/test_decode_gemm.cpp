@@ -257,7 +257,7 @@ TEST(GpuDecodeGemm, WarpgroupTilesSmallCase) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
-    if (!plan::kDecodeTiles[tile].wgmma || !plan::plan_decode_tile(tile, 256, 256, budget).fits) continue;
+    if (!plan::kDecodeTiles[tile].swizzled_activations() || !plan::plan_decode_tile(tile, 256, 256, budget).fits) continue;
     for (Rows m : {Rows::gathered, Rows::contiguous, Rows::contiguous_tma}) {
       if (m != Rows::gathered && !plan::kDecodeTiles[tile].warp_specialized) continue;
       const CaseResult r = run_case(Fp4Format::nvfp4, 256, 256, {65, 0, 3, 130}, tile, budget, 5 + tile, m);
