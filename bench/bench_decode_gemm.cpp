@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   app.add_option("--tile", only_tile, "Only this tile index (profiling)");
   app.add_flag("--no-peers", skip_peers, "Skip the cuBLAS peer and the diagnostics");
   int debug_mode = 0;
-  app.add_option("--debug-mode", debug_mode, "Kernel diagnostics mode for every timed launch (experiments)");
+  app.add_option("--debug-mode", debug_mode, "Diagnostics for every timed launch: 1 loads only, 2 math only (results are garbage)");
   bool permuted_gemm1 = false;
   app.add_flag("--permuted-gemm1", permuted_gemm1,
                "GEMM1 reads its rows already in expert order (as torch._grouped_mm does) instead of gathering them");

@@ -1,11 +1,38 @@
-import json,sys
-d=json.load(open(sys.argv[1]))
-for c in d["cases"]:
-    ts=sorted(c["tiles"],key=lambda t:t["median_ms"])
-    fl=c["floor_ms"]
-    aw=[t for t in ts if not t["tile"].endswith("_ws") and "_ws" not in t["tile"] and "wgmma" not in t["tile"]]
-    sy=[t for t in ts if t["tile"].endswith("_ws_sync")]
-    s=f'{c["gemm"]} T={c["tokens"]:5d} floor {fl:.4f} | best {ts[0]["tile"]} {ts[0]["median_ms"]:.4f} ({100*fl/ts[0]["median_ms"]:.0f}%)'
-    if aw: s+=f' | all-warps {aw[0]["tile"]} {aw[0]["median_ms"]:.4f} ({100*fl/aw[0]["median_ms"]:.0f}%)'
-    if sy: s+=f' | ws_sync {sy[0]["tile"]} {sy[0]["median_ms"]:.4f} ({100*fl/sy[0]["median_ms"]:.0f}%)'
-    print(s)
+"""Per case of a bench_decode_gemm JSON: the fastest tile overall and of each kernel family.
+
+Usage: python3 bench/tile_summary.py bench_decode.json
+"""
+import json
+import sys
+
+
+def family(tile):
+    if tile.endswith("_ws_sync"):
+        return "ws mma.sync"
+    if tile.endswith("_ws"):
+        return "ws wgmma"
+    if tile.endswith("_wgmma"):
+        return "all-warps wgmma"
+    return "all-warps mma.sync"
+
+
+def main():
+    d = json.load(open(sys.argv[1]))
+    for c in d["cases"]:
+        ts = sorted(c["tiles"], key=lambda t: t["median_ms"])
+        if not ts:
+            continue
+        fl = c["floor_ms"]
+        line = f'{c["gemm"]:6s} T={c["tokens"]:5d} floor {fl:.4f} ms | best {ts[0]["tile"]} {ts[0]["median_ms"]:.4f} ({100 * fl / ts[0]["median_ms"]:.0f}%)'
+        seen = set()
+        for t in ts:
+            f = family(t["tile"])
+            if f in seen:
+                continue
+            seen.add(f)
+            line += f' | {f}: {t["median_ms"]:.4f}'
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

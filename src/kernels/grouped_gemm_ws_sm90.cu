@@ -191,7 +191,6 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   for (int j = 0; j < my_items; ++j) {
     const WorkItem w = item(j);
     for (int kt = 0; kt < KT; ++kt) {
-      if (!T.wgmma && p.debug_mode == 3) async::named_barrier(6, kConsumerWarps * 32);  // experiment: lockstep consumers
       async::mbarrier_wait(&full[slot], phase);
       const uint8_t* st = smem + slot * L.smem_bytes_per_stage();
       if (p.debug_mode == 1) {

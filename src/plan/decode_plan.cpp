@@ -139,8 +139,10 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // 32-token tiles (experts with more tokens take several chunks, whose weights
   // come from L2). Among tiles of that width: most resident warps, then the
   // deeper pipeline; small bm when there are too few items for the SMs.
-  // From ~96 tokens per expert on sm_90 the warp-specialized warpgroup-MMA tile
-  // with the most weight rows per activation byte wins (bench/results/*-prefill-h200.md).
+  // On sm_90 the warp-specialized tiles win: below ~96 tokens per expert those
+  // with mma.sync consumers (bench/results/*-decode-h200.md), from ~96 the
+  // warpgroup-MMA tile with the most weight rows per activation byte
+  // (bench/results/*-prefill-h200.md).
   if (capacity.cc == 90 && tokens_per_expert >= 96 && !std::getenv("FP4MOE_DISABLE_WGMMA")) {
     for (int i = 0; i < kNumDecodeTiles; ++i) {
       const DecodeTile& t = kDecodeTiles[i];
@@ -154,11 +156,14 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
     const SmemPlan p = plan_decode_tile(i, n, k, capacity);
     if (!p.fits) continue;
     const DecodeTile& t = kDecodeTiles[i];
-    if (t.wgmma || t.warp_specialized) continue;  // below ~96 tokens per expert only the tuner picks these
+    if (t.wgmma) continue;  // below ~96 tokens per expert only the tuner picks warpgroup-MMA tiles
     const double chunks = std::ceil(std::max(1.0, tokens_per_expert) / t.nt);
     const double items = double(active_experts) * chunks * double(n / t.bm);
     double score = (t.nt == want_nt ? 1000.0 : -std::abs(std::log2(double(t.nt) / want_nt)) * 100.0) +
-                   std::min(t.ctas_per_sm * t.warps(), 24) * 4.0 + std::min(p.stages, 4) + t.bk / 256.0;
+                   std::min(t.ctas_per_sm * t.warps(), 24) * 4.0 + std::min(p.stages, 5) + t.bk / 256.0;
+    // Where they fit (sm_90), the warp-specialized mma.sync tiles beat the all-warps ones at
+    // every decode size measured: their producer's tensor copies leave the issue slots to the math.
+    if (t.warp_specialized) score += 100.0;
     if (t.bm < 128) score += items < 2.0 * sm_count ? 40.0 : -40.0;
     if (score > best_score) best_score = score, best = i;
   }

@@ -51,13 +51,16 @@ TEST(DecodePlan, EveryTargetHasAFittingTileForGlm5) {
   }
 }
 
-TEST(DecodePlan, RankingCrossesToWarpSpecializedTilesOnlyOnSm90) {
+TEST(DecodePlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
   for (const Arch& arch : all_archs()) {
     for (double tpe : {4.0, 40.0, 128.0, 1024.0}) {
       const int t = rank_decode_tiles(4096, 6144, budget_of(arch), tpe, 256, 132);
       ASSERT_GE(t, 0) << arch.name << " " << tpe;
-      const bool ws = kDecodeTiles[t].warp_specialized;
-      EXPECT_EQ(ws, arch.cc == 90 && tpe >= 96) << arch.name << " tokens/expert " << tpe << ": " << decode_tile_name(t);
+      // sm_90: warp-specialized at every size, with warpgroup MMA from 96 tokens per expert
+      EXPECT_EQ(kDecodeTiles[t].warp_specialized, arch.cc == 90) << arch.name << " tokens/expert " << tpe << ": "
+                                                                  << decode_tile_name(t);
+      EXPECT_EQ(kDecodeTiles[t].wgmma, arch.cc == 90 && tpe >= 96) << arch.name << " tokens/expert " << tpe << ": "
+                                                                     << decode_tile_name(t);
     }
   }
 }
