@@ -34,6 +34,7 @@
 #include "kernels/mma_sm80.cuh"
 #include "kernels/wgmma_sm90.cuh"
 #include "plan/decode_layout.hpp"
+#include "plan/tma_geometry.hpp"
 #include "runtime/cuda_check.hpp"
 
 namespace fp4moe::kernels {
@@ -362,24 +363,36 @@ CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t 
                       "activations x");
 }
 
+namespace {
+
+CUtensorMap encode_prepared_bytes(const uint8_t* base, const plan::TmaGeometry& g, const char* what, int64_t n, int64_t k,
+                                  int bm, int bk) {
+  FP4MOE_CHECK(g.valid(), what << " tensor map: N = " << n << ", K = " << k << " with a " << bm << " x " << bk
+                               << " tile gives a box the tensor memory accelerator cannot copy");
+  cuuint64_t dims[3], strides[2];
+  cuuint32_t box[3];
+  for (int i = 0; i < g.rank; ++i) dims[i] = cuuint64_t(g.dims[i]), box[i] = cuuint32_t(g.box[i]);
+  for (int i = 0; i + 1 < g.rank; ++i) strides[i] = cuuint64_t(g.strides[i]);
+  return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, cuuint32_t(g.rank), base, dims, strides, box,
+                      CU_TENSOR_MAP_SWIZZLE_NONE, what);
+}
+
+plan::DecodeTile tile_of(int bm, int bk) {
+  plan::DecodeTile t{};
+  t.bm = bm, t.bk = bk;
+  return t;
+}
+
+}  // namespace
+
 CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64_t n, int64_t k, int bm, int bk) {
-  FP4MOE_CHECK(n % 16 == 0 && k % 256 == 0 && bk % 32 == 0 && bk / 32 <= 256 && bm / 16 <= 256,
-               "weight tensor map: N = " << n << ", K = " << k << " with a " << bm << " x " << bk << " tile");
-  const cuuint64_t dims[3] = {256, static_cast<cuuint64_t>(k / 32), static_cast<cuuint64_t>(num_experts * n / 16)};
-  const cuuint64_t strides[2] = {256, static_cast<cuuint64_t>(k) * 8};  // bytes: a row group holds K/64 x 512
-  const cuuint32_t box[3] = {256, static_cast<cuuint32_t>(bk / 32), static_cast<cuuint32_t>(bm / 16)};
-  return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, weights, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE,
-                      "prepared weights");
+  return encode_prepared_bytes(weights, plan::weight_tma_geometry(num_experts, n, k, tile_of(bm, bk)), "prepared weights",
+                               n, k, bm, bk);
 }
 
 CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, int bm, int bk) {
-  FP4MOE_CHECK(n % 16 == 0 && k % 128 == 0 && bk <= 256 && bm / 16 <= 256,
-               "scale tensor map: N = " << n << ", K = " << k << " with a " << bm << " x " << bk << " tile");
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(num_experts * n / 16)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};  // bytes: a row group holds K/128 x 128
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(bk), static_cast<cuuint32_t>(bm / 16)};
-  return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, scales, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE,
-                      "prepared block scales");
+  return encode_prepared_bytes(scales, plan::scale_tma_geometry(num_experts, n, k, tile_of(bm, bk)),
+                               "prepared block scales", n, k, bm, bk);
 }
 
 }  // namespace fp4moe::kernels

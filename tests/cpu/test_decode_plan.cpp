@@ -4,6 +4,7 @@
 
 #include "fp4moe/error.hpp"
 #include "plan/decode_plan.hpp"
+#include "plan/tma_geometry.hpp"
 
 namespace fp4moe::plan {
 namespace {
@@ -92,6 +93,38 @@ TEST(DecodePlan, TooSmallABudgetSuggestsWhatWouldFit) {
 TEST(DecodePlan, UnknownTileIsAnError) {
   EXPECT_THROW(plan_decode_tile(kNumDecodeTiles, 4096, 6144, find_arch("sm_90")), Error);
   EXPECT_THROW(plan_decode_tile(-1, 4096, 6144, find_arch("sm_90")), Error);
+}
+
+}  // namespace
+}  // namespace fp4moe::plan
+
+namespace fp4moe::plan {
+namespace {
+
+// Every warp-specialized tile the planner accepts on sm_90 copies a stage as one
+// box per operand: the box is valid for the tensor memory accelerator and holds
+// exactly the planner's per-stage bytes (a K of 128 included: the small presets).
+TEST(DecodePlan, TensorMapBoxesAreThePlannedStages) {
+  const Arch& sm90 = find_arch("sm_90");
+  int checked = 0;
+  for (int i = 0; i < kNumDecodeTiles; ++i) {
+    const DecodeTile& t = kDecodeTiles[i];
+    if (!t.warp_specialized) continue;
+    for (int64_t n : {256, 512, 2048, 4096, 6144, 7168})
+      for (int64_t k : {128, 256, 2048, 6144, 7168}) {
+        if (!plan_decode_tile(i, n, k, sm90).fits) continue;
+        const DecodeSmemLayout L{t};
+        const TmaGeometry w = weight_tma_geometry(256, n, k, t), s = scale_tma_geometry(256, n, k, t);
+        EXPECT_TRUE(w.valid()) << decode_tile_name(i) << " N " << n << " K " << k;
+        EXPECT_TRUE(s.valid()) << decode_tile_name(i) << " N " << n << " K " << k;
+        EXPECT_EQ(w.box_bytes(), L.weight_bytes_per_stage()) << decode_tile_name(i);
+        EXPECT_EQ(s.box_bytes(), L.scale_bytes_per_stage()) << decode_tile_name(i);
+        EXPECT_EQ(w.dims[0] * w.dims[1], k * 8) << "a row group's weight bytes";
+        EXPECT_EQ(s.dims[0], k) << "a row group's scale bytes";
+        ++checked;
+      }
+  }
+  EXPECT_GT(checked, 40);
 }
 
 }  // namespace

@@ -1,0 +1,57 @@
+// The tensor-map geometry of the prepared weights and block scales that a
+// warp-specialized tile's producer copies one stage at a time (one TMA box per
+// operand per stage). The host encodes these numbers into CUtensorMaps
+// (src/kernels/grouped_gemm_ws_sm90.cu); the CPU tests check that a box is
+// exactly the planner's per-stage bytes for every tile and shape it accepts.
+#pragma once
+#include <cstdint>
+
+#include "plan/decode_layout.hpp"
+
+namespace fp4moe::plan {
+
+struct TmaGeometry {
+  int rank = 0;
+  int64_t dims[3] = {};     // elements (bytes here), innermost first
+  int64_t strides[2] = {};  // bytes, of dims 1 and 2
+  int64_t box[3] = {};      // elements per box, innermost first
+  constexpr int64_t box_bytes() const {
+    int64_t b = 1;
+    for (int i = 0; i < rank; ++i) b *= box[i];
+    return b;
+  }
+  // What cuTensorMapEncodeTiled accepts: 1..256 elements per box dimension, a
+  // box within the tensor, 16-byte multiples for the inner box and the strides.
+  constexpr bool valid() const {
+    for (int i = 0; i < rank; ++i)
+      if (box[i] < 1 || box[i] > 256 || box[i] > dims[i]) return false;
+    for (int i = 0; i + 1 < rank; ++i)
+      if (strides[i] % 16) return false;
+    return rank >= 1 && box[0] % 16 == 0;
+  }
+};
+
+// Prepared weights [E][N/16][K/64][512 bytes] as bytes {256, K/32, E N/16}: a row
+// group holds K x 8 contiguous bytes; the box {256, bk/32, bm/16} at
+// (0, kt bk/32, first row group) is the stage's [bm/16][bk/64][512].
+constexpr TmaGeometry weight_tma_geometry(int64_t experts, int64_t n, int64_t k, const DecodeTile& t) {
+  TmaGeometry g;
+  g.rank = 3;
+  g.dims[0] = 256, g.dims[1] = k / 32, g.dims[2] = experts * n / 16;
+  g.strides[0] = 256, g.strides[1] = k * 8;
+  g.box[0] = 256, g.box[1] = t.bk / 32, g.box[2] = t.bm / 16;
+  return g;
+}
+
+// Prepared scales [E][N/16][K/128][128 bytes] as bytes {K, E N/16}: the box
+// {bk, bm/16} at (kt bk, first row group) is the stage's [bm/16][bk/128][128].
+constexpr TmaGeometry scale_tma_geometry(int64_t experts, int64_t n, int64_t k, const DecodeTile& t) {
+  TmaGeometry g;
+  g.rank = 2;
+  g.dims[0] = k, g.dims[1] = experts * n / 16;
+  g.strides[0] = k;
+  g.box[0] = t.bk, g.box[1] = t.bm / 16;
+  return g;
+}
+
+}  // namespace fp4moe::plan
