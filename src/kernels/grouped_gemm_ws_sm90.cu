@@ -191,70 +191,86 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   uint32_t phase = 0;
   for (int j = 0; j < my_items; ++j) {
     const WorkItem w = item(j);
-    for (int kt = 0; kt < KT; ++kt) {
-      async::mbarrier_wait(&full[slot], phase);
-      const uint8_t* st = smem + slot * L.smem_bytes_per_stage();
-      if (p.debug_mode == 1) {
-        release(slot);
-      } else if constexpr (T.wgmma) {
-        // cp.async wrote the activations through the generic proxy; wgmma reads through the async proxy
-        if (!p.x_tma) wgmma::fence_proxy_async_shared();
-        const uint32_t xbase = ptx::smem_addr(st + L.act_offset());
-        uint32_t a[2][kMB][4];  // double-buffered: a fragment stays live until its wgmma has read it
-#pragma unroll
-        for (int kk = 0; kk < kWGranPerStage; ++kk) {
-          uint4 wq[kMB], sq[kMB];
-          load_weight_granules(st, kk, wq, sq);
-#pragma unroll
-          for (int t = 0; t < 4; ++t) {
-            const int q = kk * 4 + t, buf = q % 2;
-            const uint64_t desc = wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32);
-#pragma unroll
-            for (int b = 0; b < kMB; ++b) {
-              dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[buf][b]);
-#pragma unroll
-              for (int r = 0; r < 4; ++r) wgmma::fence_operand(a[buf][b][r]);
-            }
-            wgmma::fence();
-            // the item's first step overwrites the accumulators (no zeroing instructions in the pipeline)
-#pragma unroll
-            for (int b = 0; b < kMB; ++b) wgmma::mma_rs<T.nt>(acc[b], a[buf][b], desc, kt > 0 || q > 0);
-            wgmma::commit_group();
-            wgmma::wait_group<1>();  // every wgmma but this step's is done
-            if (q == 0 && pending >= 0) release(pending), pending = -1;
-          }
-        }
-        pending = slot;
-      } else {
-        // mma.sync: each warp multiplies its own rows; the slot is free once its reads are in registers.
-        const uint8_t* xst = st + L.act_offset();
-#pragma unroll
-        for (int kk = 0; kk < kWGranPerStage; ++kk) {
-          uint4 wq[kMB], sq[kMB];
-          load_weight_granules(st, kk, wq, sq);
-#pragma unroll
-          for (int t = 0; t < 4; ++t) {
-            uint32_t a[kMB][4];
-#pragma unroll
-            for (int b = 0; b < kMB; ++b) dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[b]);
-            const uint8_t* xatom = xst + kk * (T.nt * 128) + ((((t * 2 + ld_khalf) ^ (lane % 8))) * 16);
-#pragma unroll
-            for (int jn = 0; jn < T.n8_tiles(); jn += 2) {
-              uint32_t bf[4];
-              if constexpr (T.n8_tiles() == 1) ptx::ldmatrix_x2(bf, xatom + ld_row * 128);
-              else ptx::ldmatrix_x4(bf, xatom + (jn * 8 + ld_row) * 128);
-#pragma unroll
+    // An expert's last token chunk is often short (ragged counts): its wgmma
+    // run at a quarter or half of nt, the columns past its rows are never stored.
+    const int narrow = T.wgmma && T.nt >= 64 ? (w.rows <= T.nt / 4 ? 2 : w.rows <= T.nt / 2 ? 1 : 0) : 0;
+    // (the choice is made once per item, outside the pipeline: a branch around each wgmma
+    // would make ptxas serialize them, C7520)
+    auto k_loop = [&]<int NU>() {
+      constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];  // a constant inside the lambda too
+      for (int kt = 0; kt < KT; ++kt) {
+        async::mbarrier_wait(&full[slot], phase);
+        const uint8_t* st = smem + slot * L.smem_bytes_per_stage();
+        if (p.debug_mode == 1) {
+          release(slot);
+        } else if constexpr (T.wgmma) {
+          // cp.async wrote the activations through the generic proxy; wgmma reads through the async proxy
+          if (!p.x_tma) wgmma::fence_proxy_async_shared();
+          const uint32_t xbase = ptx::smem_addr(st + L.act_offset());
+          uint32_t a[2][kMB][4];  // double-buffered: a fragment stays live until its wgmma has read it
+  #pragma unroll
+          for (int kk = 0; kk < kWGranPerStage; ++kk) {
+            uint4 wq[kMB], sq[kMB];
+            load_weight_granules(st, kk, wq, sq);
+  #pragma unroll
+            for (int t = 0; t < 4; ++t) {
+              const int q = kk * 4 + t, buf = q % 2;
+              const uint64_t desc = wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32);
+  #pragma unroll
               for (int b = 0; b < kMB; ++b) {
-                float* c = kAccSets == 2 && (t & 1) ? acc_odd[b] : acc[b];
-                ptx::mma_bf16_16816(c + jn * 4, a[b], bf);
-                if constexpr (T.n8_tiles() > 1) ptx::mma_bf16_16816(c + (jn + 1) * 4, a[b], bf + 2);
+                dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[buf][b]);
+  #pragma unroll
+                for (int r = 0; r < 4; ++r) wgmma::fence_operand(a[buf][b][r]);
+              }
+              wgmma::fence();
+              // the item's first step overwrites the accumulators (no zeroing instructions in the pipeline)
+  #pragma unroll
+              for (int b = 0; b < kMB; ++b)
+                wgmma::mma_rs<NU>(reinterpret_cast<float(&)[NU / 2]>(acc[b]), a[buf][b], desc, kt > 0 || q > 0);
+              wgmma::commit_group();
+              wgmma::wait_group<1>();  // every wgmma but this step's is done
+              if (q == 0 && pending >= 0) release(pending), pending = -1;
+            }
+          }
+          pending = slot;
+        } else {
+          // mma.sync: each warp multiplies its own rows; the slot is free once its reads are in registers.
+          const uint8_t* xst = st + L.act_offset();
+  #pragma unroll
+          for (int kk = 0; kk < kWGranPerStage; ++kk) {
+            uint4 wq[kMB], sq[kMB];
+            load_weight_granules(st, kk, wq, sq);
+  #pragma unroll
+            for (int t = 0; t < 4; ++t) {
+              uint32_t a[kMB][4];
+  #pragma unroll
+              for (int b = 0; b < kMB; ++b) dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[b]);
+              const uint8_t* xatom = xst + kk * (T.nt * 128) + ((((t * 2 + ld_khalf) ^ (lane % 8))) * 16);
+  #pragma unroll
+              for (int jn = 0; jn < T.n8_tiles(); jn += 2) {
+                uint32_t bf[4];
+                if constexpr (T.n8_tiles() == 1) ptx::ldmatrix_x2(bf, xatom + ld_row * 128);
+                else ptx::ldmatrix_x4(bf, xatom + (jn * 8 + ld_row) * 128);
+  #pragma unroll
+                for (int b = 0; b < kMB; ++b) {
+                  float* c = kAccSets == 2 && (t & 1) ? acc_odd[b] : acc[b];
+                  ptx::mma_bf16_16816(c + jn * 4, a[b], bf);
+                  if constexpr (T.n8_tiles() > 1) ptx::mma_bf16_16816(c + (jn + 1) * 4, a[b], bf + 2);
+                }
               }
             }
           }
+          release(slot);
         }
-        release(slot);
+        if (++slot == stages) slot = 0, phase ^= 1;
       }
-      if (++slot == stages) slot = 0, phase ^= 1;
+    };
+    if constexpr (T.wgmma && T.nt >= 64) {
+      if (narrow == 2) k_loop.template operator()<T.nt / 4>();
+      else if (narrow == 1) k_loop.template operator()<T.nt / 2>();
+      else k_loop.template operator()<T.nt>();
+    } else {
+      k_loop.template operator()<T.nt>();
     }
     if constexpr (T.wgmma) {
       wgmma::wait_group<0>();
