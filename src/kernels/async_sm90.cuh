@@ -1,5 +1,5 @@
 // Hopper asynchronous-copy primitives (sm_90+): mbarriers with transaction
-// counts, 1D bulk copies and 2D tensor (TMA) copies into shared memory, and
+// counts, 2D and 3D tensor (TMA) copies into shared memory, and
 // named barriers. Written once as inline PTX; off sm_90 they compile to a trap
 // (the planner only accepts the tiles that use them on sm_90).
 #pragma once
@@ -64,20 +64,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
       "@!done bra wait_%=;\n}\n" ::"r"(ptx::smem_addr(bar)),
       "r"(parity)
       : "memory");
-#endif
-}
-
-// Contiguous global -> shared copy of `bytes` (multiple of 16, both ends 16-byte aligned).
-__device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
-#ifdef FP4MOE_SM90_ASYNC
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          ptx::smem_addr(smem)),
-      "l"(gmem), "r"(bytes), "r"(ptx::smem_addr(bar))
-      : "memory");
-#else
-  (void)smem, (void)gmem, (void)bytes, (void)bar;
-  __trap();
 #endif
 }
 

@@ -5,10 +5,12 @@
 // - The all-warps kernel spends its issue slots on cp.async address arithmetic
 //   and meets at a CTA barrier every stage; here one producer warpgroup fills
 //   the stage ring and the consumer warpgroups only dequantize and multiply.
-// - Producer: per stage, one bulk copy per 16-row group of weights and of
-//   scales (contiguous in the prepared layout), and the activations either as
-//   TMA boxes (contiguous rows: 64 k x nt tokens, 128-byte swizzle) or, for
-//   gathered rows, cp.async into the same swizzled layout. Completion is an
+// - Producer: per stage, one TMA box of weights and one of scales
+//   (src/plan/tma_geometry.hpp), and the activations either as TMA boxes
+//   (contiguous rows: 64 k x nt tokens, 128-byte swizzle) or, for gathered
+//   rows, cp.async into the same swizzled layout. One elected thread issues the
+//   boxes: a few instructions per stage, so the producer keeps the ring full
+//   however busy the math warps keep the schedulers. Completion is an
 //   mbarrier transaction count ("full"); consumers hand slots back through an
 //   "empty" mbarrier, one arrival per consumer thread.
 // - Consumers: each warpgroup owns 64 x warp_m_tiles weight rows; every k16
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   if (warp < 4) {
     // ================= producer warpgroup =================
     if constexpr (kReallocate) async::setmaxnreg_dec<kProducerRegs>();
-    if (p.x_tma && warp != 0) return;  // bulk and tensor copies need one warp
+    if (p.x_tma && warp != 0) return;  // the tensor copies need one thread; gathered rows need them all
     const uint32_t tx = p.debug_mode == 2 ? 0u : kStageTx + (p.x_tma ? kActStageBytes : 0u);
     const int rowgroups_per_expert = static_cast<int>(p.n / 16);
     int slot = 0;
@@ -183,6 +185,11 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // mma.sync consumers with short chains (few token tiles) alternate two
   // accumulator sets so consecutive mma.sync do not wait on each other.
   constexpr int kAccSets = !T.wgmma && kMB * T.n8_tiles() < 4 ? 2 : 1;
+  // Narrower K loops for short chunks (below): wgmma atoms exist for every N used
+  // (16..128), mma.sync needs whole ldmatrix.x4 pairs (a multiple of 16, or 8).
+  constexpr bool kNarrowable = T.wgmma ? T.nt >= 64 : T.nt >= 32;
+  // (not on two-block wgmma tiles: a fourth copy of their pipeline spills registers)
+  constexpr bool kThreeQuarters = kNarrowable && (3 * T.nt / 4) % 16 == 0 && !(T.wgmma && kMB > 1);
   float acc_odd[kAccSets == 2 ? kMB : 1][kAccSets == 2 ? T.nt / 2 : 1] = {};
   // ldmatrix rows of this lane: token r = (lane % 8) + 8 * (lane / 16) (+ 8 jn), k half (lane / 8) % 2;
   // in the swizzled layout chunk c of token r sits at c ^ (r % 8), and r % 8 = lane % 8.
@@ -191,11 +198,11 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   uint32_t phase = 0;
   for (int j = 0; j < my_items; ++j) {
     const WorkItem w = item(j);
-    // An expert's last token chunk is often short (ragged counts): its wgmma
-    // run at a quarter or half of nt, the columns past its rows are never stored.
-    const int narrow = T.wgmma && T.nt >= 64 ? (w.rows <= T.nt / 4 ? 2 : w.rows <= T.nt / 2 ? 1 : 0) : 0;
-    // (the choice is made once per item, outside the pipeline: a branch around each wgmma
-    // would make ptxas serialize them, C7520)
+    // The item's K loop multiplies NU token columns: the smallest of nt/4, nt/2,
+    // 3nt/4 and nt that covers its rows (ragged counts leave many short chunks;
+    // the columns past the rows are never stored). The choice is made once per
+    // item, around the whole pipeline: a branch around each wgmma would make
+    // ptxas serialize them (C7520).
     auto k_loop = [&]<int NU>() {
       constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];  // a constant inside the lambda too
       for (int kt = 0; kt < KT; ++kt) {
@@ -247,15 +254,17 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
               for (int b = 0; b < kMB; ++b) dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[b]);
               const uint8_t* xatom = xst + kk * (T.nt * 128) + ((((t * 2 + ld_khalf) ^ (lane % 8))) * 16);
   #pragma unroll
-              for (int jn = 0; jn < T.n8_tiles(); jn += 2) {
+              for (int jn = 0; jn < NU / 8; jn += 2) {
                 uint32_t bf[4];
-                if constexpr (T.n8_tiles() == 1) ptx::ldmatrix_x2(bf, xatom + ld_row * 128);
+                if constexpr (NU == 8) ptx::ldmatrix_x2(bf, xatom + ld_row * 128);
                 else ptx::ldmatrix_x4(bf, xatom + (jn * 8 + ld_row) * 128);
   #pragma unroll
                 for (int b = 0; b < kMB; ++b) {
-                  float* c = kAccSets == 2 && (t & 1) ? acc_odd[b] : acc[b];
+                  float* c = acc[b];
+                  if constexpr (kAccSets == 2)
+                    if (t & 1) c = acc_odd[b];
                   ptx::mma_bf16_16816(c + jn * 4, a[b], bf);
-                  if constexpr (T.n8_tiles() > 1) ptx::mma_bf16_16816(c + (jn + 1) * 4, a[b], bf + 2);
+                  if constexpr (NU > 8) ptx::mma_bf16_16816(c + (jn + 1) * 4, a[b], bf + 2);
                 }
               }
             }
@@ -265,9 +274,10 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
         if (++slot == stages) slot = 0, phase ^= 1;
       }
     };
-    if constexpr (T.wgmma && T.nt >= 64) {
-      if (narrow == 2) k_loop.template operator()<T.nt / 4>();
-      else if (narrow == 1) k_loop.template operator()<T.nt / 2>();
+    if constexpr (kNarrowable) {
+      if (w.rows <= T.nt / 4) k_loop.template operator()<T.nt / 4>();
+      else if (w.rows <= T.nt / 2) k_loop.template operator()<T.nt / 2>();
+      else if (kThreeQuarters && w.rows <= 3 * T.nt / 4) k_loop.template operator()<kThreeQuarters ? 3 * T.nt / 4 : T.nt>();
       else k_loop.template operator()<T.nt>();
     } else {
       k_loop.template operator()<T.nt>();

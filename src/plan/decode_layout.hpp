@@ -67,7 +67,7 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     {256, 16, 128, 1, 6, 1, true, true},
     {256, 8, 128, 1, 6, 1, true, true},
     {128, 8, 128, 1, 8, 2, true, true},
-    // Warp-specialized mma.sync tiles (sm_90a): the producer's bulk copies keep
+    // Warp-specialized mma.sync tiles (sm_90a): the producer's tensor copies keep
     // the loads off the math warps' issue slots and no CTA barrier stops them;
     // each consumer warp runs on its own (decode sizes, 1..64 tokens per expert).
     {256, 8, 256, 1, 5, 1, false, true},
@@ -75,6 +75,7 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     {256, 16, 256, 1, 5, 1, false, true},
     {256, 32, 256, 1, 4, 1, false, true},
     {256, 64, 128, 2, 6, 1, false, true},
+    {128, 128, 128, 1, 3, 1, false, true},  // 64..128 tokens per expert: one chunk, the K loop narrowed to the rows
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 
@@ -172,7 +173,7 @@ constexpr bool decode_tiles_valid() {
       if (t.warp_m_tiles < 1 || t.warp_m_tiles > 2 || t.bm % (64 * t.warp_m_tiles) || t.bk % 64) return false;
       if (t.consumer_warpgroups() < 1 || t.consumer_warpgroups() > 4) return false;
       if (t.nt != 8 && t.nt != 16 && t.nt != 32 && t.nt != 64 && t.nt != 128) return false;
-      if (!t.wgmma && t.nt > 64) return false;  // mma.sync accumulators: at most 2 x 64 / 2 per thread
+      if (!t.wgmma && t.warp_m_tiles * t.nt > 128) return false;  // mma.sync accumulators: at most 64 per thread
     }
   }
   return true;

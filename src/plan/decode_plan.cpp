@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "fp4moe/error.hpp"
+#include "plan/tma_geometry.hpp"
 
 namespace fp4moe::plan {
 
@@ -80,6 +81,13 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   if (n % t.bm != 0 || k % t.bk != 0) {
     p.fits = false;
     why << name << " does not divide the problem: N = " << n << " (tile " << t.bm << "), K = " << k << " (tile " << t.bk << ")";
+    p.explanation = why.str();
+    return p;
+  }
+  if (t.warp_specialized && (!weight_tma_geometry(1, n, k, t).valid() || !scale_tma_geometry(1, n, k, t).valid())) {
+    p.fits = false;
+    why << name << ": its stage boxes of weights (" << t.bm / 16 << " row groups x " << t.bk * 8 << " bytes) or scales ("
+        << t.bk << " bytes) do not fit a tensor map of N = " << n << ", K = " << k;
     p.explanation = why.str();
     return p;
   }

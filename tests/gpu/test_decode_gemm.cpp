@@ -252,17 +252,24 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
 namespace fp4moe {
 namespace {
 
-// Small enough for compute-sanitizer (memcheck, racecheck) on the warpgroup path.
+// Small enough for compute-sanitizer (memcheck, racecheck) on the warpgroup and
+// warp-specialized paths: two N tiles even for bm = 256, and (TMA rows) fewer
+// rows in the tensor than one activation box holds.
 TEST(GpuDecodeGemm, WarpgroupTilesSmallCase) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
-    if (!plan::kDecodeTiles[tile].swizzled_activations() || !plan::plan_decode_tile(tile, 256, 256, budget).fits) continue;
+    if (!plan::kDecodeTiles[tile].swizzled_activations() || !plan::plan_decode_tile(tile, 512, 256, budget).fits) continue;
     for (Rows m : {Rows::gathered, Rows::contiguous, Rows::contiguous_tma}) {
       if (m != Rows::gathered && !plan::kDecodeTiles[tile].warp_specialized) continue;
-      const CaseResult r = run_case(Fp4Format::nvfp4, 256, 256, {65, 0, 3, 130}, tile, budget, 5 + tile, m);
+      const CaseResult r = run_case(Fp4Format::nvfp4, 512, 256, {65, 0, 3, 130}, tile, budget, 5 + tile, m);
       EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " rows " << int(m);
       EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " rows " << int(m);
+    }
+    if (plan::kDecodeTiles[tile].warp_specialized) {
+      const CaseResult r = run_case(Fp4Format::nvfp4, 512, 256, {3, 0, 2}, tile, budget, 9 + tile, Rows::contiguous_tma);
+      EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " 5 TMA rows";
+      EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " 5 TMA rows";
     }
   }
 }
