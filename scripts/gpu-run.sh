@@ -28,7 +28,12 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     "$BIN/bench_decode_gemm" --permuted-gemm1 --tokens 4096,8192,16384,32768 --reps 10 \
       --out "$OUT/bench_prefill.json" > "$OUT/bench_prefill.log" 2>&1
     summary+=("bench_decode_gemm (prefill): rc=$?")
-    for kind in decode prefill; do python3 bench/tile_summary.py "$OUT/bench_$kind.json" > "$OUT/bench_${kind}_tiles.txt" 2>&1; done
+    # GEMM1 at 16..64 tokens per expert with its rows already in expert order:
+    # how much of GEMM1's gap to GEMM2 the in-kernel gather costs (docs/kernels.md)
+    "$BIN/bench_decode_gemm" --permuted-gemm1 --gemm gemm1 --tokens 512,1024,2048 --no-peers \
+      --out "$OUT/bench_permuted.json" > "$OUT/bench_permuted.log" 2>&1
+    summary+=("bench_decode_gemm (GEMM1, rows in expert order): rc=$?")
+    for kind in decode prefill permuted; do python3 bench/tile_summary.py "$OUT/bench_$kind.json" > "$OUT/bench_${kind}_tiles.txt" 2>&1; done
     if python3 -c 'import torch' 2>/dev/null; then
       for kind in decode prefill; do
         python3 bench/peers.py --in "$OUT/bench_$kind.json" --out "$OUT/bench_${kind}_peers.json" \
@@ -59,7 +64,7 @@ fi
 echo
 echo "==== summary ===="
 for s in "${summary[@]}"; do echo "$s"; done
-for kind in decode prefill; do
+for kind in decode prefill permuted; do
   if [ -f "$OUT/bench_${kind}_tiles.txt" ]; then cat "$OUT/bench_${kind}_tiles.txt"; fi
   if [ -f "$OUT/bench_${kind}_table.txt" ]; then cat "$OUT/bench_${kind}_table.txt"; fi
 done
