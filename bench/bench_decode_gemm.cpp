@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   std::string only_gemm;
   int only_tile = -1;
   bool skip_peers = false;
-  app.add_option("--gemm", only_gemm, "Only this GEMM (gemm1 or gemm2)");
+  app.add_option("--gemm", only_gemm, "Only this GEMM (gemm1, or gemm1p with --permuted-gemm1, or gemm2)");
   app.add_option("--tile", only_tile, "Only this tile index (profiling)");
   app.add_flag("--no-peers", skip_peers, "Skip the cuBLAS peer and the diagnostics");
   int debug_mode = 0;

@@ -30,7 +30,7 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     summary+=("bench_decode_gemm (prefill): rc=$?")
     # GEMM1 at 16..64 tokens per expert with its rows already in expert order:
     # how much of GEMM1's gap to GEMM2 the in-kernel gather costs (docs/kernels.md)
-    "$BIN/bench_decode_gemm" --permuted-gemm1 --gemm gemm1 --tokens 512,1024,2048 --no-peers \
+    "$BIN/bench_decode_gemm" --permuted-gemm1 --gemm gemm1p --tokens 512,1024,2048 --no-peers \
       --out "$OUT/bench_permuted.json" > "$OUT/bench_permuted.log" 2>&1
     summary+=("bench_decode_gemm (GEMM1, rows in expert order): rc=$?")
     for kind in decode prefill permuted; do python3 bench/tile_summary.py "$OUT/bench_$kind.json" > "$OUT/bench_${kind}_tiles.txt" 2>&1; done
