@@ -102,6 +102,10 @@ int main(int argc, char** argv) {
     const int64_t E = cfg.num_experts;
     const Gemm gemms[] = {{permuted_gemm1 ? "gemm1p" : "gemm1", 2 * cfg.intermediate, cfg.hidden, !permuted_gemm1},
                           {"gemm2", cfg.hidden, cfg.intermediate, false}};
+    if (!only_gemm.empty() && only_gemm != gemms[0].name && only_gemm != gemms[1].name) {
+      fmt::print(stderr, "bench_decode_gemm: --gemm {} is none of {} and {}\n", only_gemm, gemms[0].name, gemms[1].name);
+      return 2;
+    }
 
     fmt::print("device: {} (sm_{}, {} SMs)\n", dev.name, dev.cc, dev.sm_count);
     const Ceilings ceil = measure_ceilings();
