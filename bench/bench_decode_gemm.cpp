@@ -81,10 +81,11 @@ int main(int argc, char** argv) {
   int only_tile = -1;
   bool skip_peers = false;
   app.add_option("--gemm", only_gemm, "Only this GEMM (gemm1, or gemm1p with --permuted-gemm1, or gemm2)");
-  app.add_option("--tile", only_tile, "Only this tile index (profiling)");
+  app.add_option("--tile", only_tile, "Only this tile index (profiling)")->check(CLI::Range(0, plan::kNumDecodeTiles - 1));
   app.add_flag("--no-peers", skip_peers, "Skip the cuBLAS peer and the diagnostics");
   int debug_mode = 0;
-  app.add_option("--debug-mode", debug_mode, "Diagnostics for every timed launch: 1 loads only, 2 math only (results are garbage)");
+  app.add_option("--debug-mode", debug_mode, "Diagnostics for every timed launch: 1 loads only, 2 math only (results are garbage)")
+      ->check(CLI::IsMember({0, 1, 2}));
   bool permuted_gemm1 = false;
   app.add_flag("--permuted-gemm1", permuted_gemm1,
                "GEMM1 reads its rows already in expert order (as torch._grouped_mm does) instead of gathering them");

@@ -359,8 +359,8 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
   // (TMA); gathered rows, or rows of unknown count, go through cp.async.
   TensorMaps maps{};
   if (tile.warp_specialized) {
-    maps.weights = weight_tensor_map(a.weights, a.num_experts, a.n, a.k, tile.bm, tile.bk);
-    maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile.bm, tile.bk);
+    maps.weights = weight_tensor_map(a.weights, a.num_experts, a.n, a.k, tile);
+    maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile);
     if (!a.gather && a.x_rows > 0) {
       maps.x = activation_tensor_map(a.x, a.x_rows, a.k, tile.nt);
       kp.x_tma = 1;

@@ -19,9 +19,9 @@ CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t 
 
 // Prepared weights [E][N/16][K/64][512 bytes] as bytes {256, K/32, E N/16}: one
 // box {256, bk/32, bm/16} is a stage's [bm/16 row groups][bk/64 granules][512].
-CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64_t n, int64_t k, int bm, int bk);
+CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64_t n, int64_t k, const plan::DecodeTile& t);
 // Prepared scales [E][N/16][K/128][128 bytes] as bytes {K, E N/16}: one box
 // {bk, bm/16} is a stage's [bm/16 row groups][bk/128 granules][128].
-CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, int bm, int bk);
+CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, const plan::DecodeTile& t);
 
 }  // namespace fp4moe::kernels

@@ -392,8 +392,8 @@ CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t 
 namespace {
 
 CUtensorMap encode_prepared_bytes(const uint8_t* base, const plan::TmaGeometry& g, const char* what, int64_t n, int64_t k,
-                                  int bm, int bk) {
-  FP4MOE_CHECK(g.valid(), what << " tensor map: N = " << n << ", K = " << k << " with a " << bm << " x " << bk
+                                  const plan::DecodeTile& t) {
+  FP4MOE_CHECK(g.valid(), what << " tensor map: N = " << n << ", K = " << k << " with a " << t.bm << " x " << t.bk
                                << " tile gives a box the tensor memory accelerator cannot copy");
   cuuint64_t dims[3], strides[2];
   cuuint32_t box[3];
@@ -403,22 +403,14 @@ CUtensorMap encode_prepared_bytes(const uint8_t* base, const plan::TmaGeometry& 
                       CU_TENSOR_MAP_SWIZZLE_NONE, what);
 }
 
-plan::DecodeTile tile_of(int bm, int bk) {
-  plan::DecodeTile t{};
-  t.bm = bm, t.bk = bk;
-  return t;
-}
-
 }  // namespace
 
-CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64_t n, int64_t k, int bm, int bk) {
-  return encode_prepared_bytes(weights, plan::weight_tma_geometry(num_experts, n, k, tile_of(bm, bk)), "prepared weights",
-                               n, k, bm, bk);
+CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64_t n, int64_t k, const plan::DecodeTile& t) {
+  return encode_prepared_bytes(weights, plan::weight_tma_geometry(num_experts, n, k, t), "prepared weights", n, k, t);
 }
 
-CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, int bm, int bk) {
-  return encode_prepared_bytes(scales, plan::scale_tma_geometry(num_experts, n, k, tile_of(bm, bk)),
-                               "prepared block scales", n, k, bm, bk);
+CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, const plan::DecodeTile& t) {
+  return encode_prepared_bytes(scales, plan::scale_tma_geometry(num_experts, n, k, t), "prepared block scales", n, k, t);
 }
 
 }  // namespace fp4moe::kernels
