@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
                                                                   max_t * cfg.top_k, stream);
       const int64_t xrows = g.gathered ? max_t : max_t * cfg.top_k;
       DeviceBuffer<__nv_bfloat16> x(size_t(xrows * g.k)), y(size_t(max_t * cfg.top_k * g.n));
+      DeviceBuffer<__nv_bfloat16> workspace(g.gathered ? size_t(max_t * cfg.top_k * g.k) : 0);
       fill_random_bf16(x.get(), int64_t(x.size()), 14, 1.f, stream);
       FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
@@ -155,7 +156,8 @@ int main(int argc, char** argv) {
         a.k = g.k;
         a.x = x.get();
         a.gather = g.gathered ? dgather.get() : nullptr;
-        a.x_rows = g.gathered ? 0 : rb.pairs;  // GEMM2 reads the permuted rows in order: TMA for warp-specialized tiles
+        a.permuted_rows = rb.pairs;
+        a.gather_workspace = g.gathered ? workspace.get() : nullptr;  // warp-specialized tiles: GEMM1's rows copied in expert order
         a.expert_offsets = doff.get();
         a.y = y.get();
 

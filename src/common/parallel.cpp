@@ -18,7 +18,10 @@ void parallel_for(int64_t n, const std::function<void(int64_t)>& fn, int max_thr
   }
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
+  // The error of the lowest failing index, as a plain loop would report it: items
+  // are claimed in order, so every index below a failure has started and finishes.
   std::exception_ptr first_error;
+  int64_t first_error_index = n;
   std::mutex error_mutex;
   const auto worker = [&] {
     for (;;) {
@@ -29,7 +32,7 @@ void parallel_for(int64_t n, const std::function<void(int64_t)>& fn, int max_thr
         fn(i);
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
+        if (i < first_error_index) first_error = std::current_exception(), first_error_index = i;
         failed.store(true);
       }
     }

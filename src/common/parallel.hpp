@@ -7,8 +7,9 @@
 
 namespace fp4moe::detail {
 
-// Runs fn(i) for i in [0, n) on up to max_threads threads; the first exception
-// thrown by any fn is rethrown in the caller after all threads finish.
+// Runs fn(i) for i in [0, n) on up to max_threads threads; the exception of the
+// lowest failing i (as a sequential loop would throw it) is rethrown in the
+// caller after all threads finish.
 void parallel_for(int64_t n, const std::function<void(int64_t)>& fn, int max_threads = 16);
 
 }  // namespace fp4moe::detail

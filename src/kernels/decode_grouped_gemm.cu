@@ -26,6 +26,7 @@
 #include "kernels/grouped_gemm_common.cuh"
 #include "kernels/grouped_gemm_ws.hpp"
 #include "kernels/mma_sm80.cuh"
+#include "kernels/routing_kernels.hpp"
 #include "kernels/wgmma_sm90.cuh"
 #include "plan/arch.hpp"
 #include "plan/decode_layout.hpp"
@@ -326,7 +327,7 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
                  "decode GEMM: scatter_add needs accumulate, permuted_pair, topk_weights and top_k");
   else
     FP4MOE_CHECK(a.y, "decode GEMM: y is null");
-  FP4MOE_CHECK(a.x_rows >= 0, "decode GEMM: x_rows = " << a.x_rows << " is negative");
+  FP4MOE_CHECK(a.permuted_rows >= 0, "decode GEMM: permuted_rows = " << a.permuted_rows << " is negative");
   if (a.epilogue == DecodeEpilogue::swiglu)
     FP4MOE_CHECK(a.n % 32 == 0, "decode GEMM: SwiGLU needs N = " << a.n << " to be a multiple of 32 (16 gate + 16 up rows)");
   // The planner decides whether this launch may run; nothing it rejects is launched.
@@ -354,17 +355,26 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
                   a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
                   a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
                   (prepared_scale_exponent_add(a.format) << 7) | (prepared_scale_exponent_add(a.format) << 23),
-                  launch.debug_mode, 0};
-  // Warp-specialized tiles read contiguous activation rows through a tensor map
-  // (TMA); gathered rows, or rows of unknown count, go through cp.async.
+                  launch.debug_mode};
+  // Warp-specialized tiles load every operand through a tensor map (TMA).
   TensorMaps maps{};
   if (tile.warp_specialized) {
+    FP4MOE_CHECK(a.permuted_rows > 0, "decode GEMM: tile " << plan::decode_tile_name(launch.tile)
+                                          << " loads the rows by TMA and needs permuted_rows (P = expert_offsets[E]), got "
+                                          << a.permuted_rows);
+    if (a.gather) {
+      // A tensor map cannot gather rows on sm_90 (one-row boxes and in-kernel
+      // cp.async both measured slower than this copy; docs/kernels.md).
+      FP4MOE_CHECK(a.gather_workspace, "decode GEMM: tile " << plan::decode_tile_name(launch.tile)
+                                                            << " copies gathered rows into gather_workspace [" << a.permuted_rows
+                                                            << ", " << a.k << "] first; it is null");
+      launch_gather_rows({a.x, a.gather, a.permuted_rows, a.k, a.gather_workspace}, stream);
+      kp.x = a.gather_workspace;
+      kp.gather = nullptr;
+    }
     maps.weights = weight_tensor_map(a.weights, a.num_experts, a.n, a.k, tile);
     maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile);
-    if (!a.gather && a.x_rows > 0) {
-      maps.x = activation_tensor_map(a.x, a.x_rows, a.k, tile.nt);
-      kp.x_tma = 1;
-    }
+    maps.x = activation_tensor_map(kp.x, a.permuted_rows, a.k, tile.nt);
   }
   fn<<<grid, tile.threads(), static_cast<size_t>(smem), stream>>>(kp, maps);
   FP4MOE_CHECK_LAUNCH("decode_grouped_gemm");

@@ -30,11 +30,14 @@ struct DecodeGemmArgs {
   Fp4Format format = Fp4Format::nvfp4;
   int64_t num_experts = 0, n = 0, k = 0;
   // Activations and routing, on the device.
-  const __nv_bfloat16* x = nullptr;      // [x_rows, K]
-  // Optional, with gather null: x's row count (at least expert_offsets[E]); lets
-  // warp-specialized tiles load x by TMA. 0: unknown (they use cp.async).
-  int64_t x_rows = 0;
+  const __nv_bfloat16* x = nullptr;      // [rows, K]: P in order, or the rows gather indexes
   const int32_t* gather = nullptr;       // [P] row of x for permuted row p, or nullptr (identity)
+  // P = expert_offsets[E], the permuted rows computed. Warp-specialized tiles
+  // need it: they load the rows in expert order by TMA, from x (gather null) or,
+  // gathered, from gather_workspace [P, K], which the launch fills first.
+  // 0 (unknown) is accepted by the all-warps tiles only.
+  int64_t permuted_rows = 0;
+  __nv_bfloat16* gather_workspace = nullptr;
   const int32_t* expert_offsets = nullptr;  // [E+1]
   __nv_bfloat16* y = nullptr;            // [P, N] (store) or [P, N/2] (swiglu)
   DecodeEpilogue epilogue = DecodeEpilogue::store;

@@ -35,11 +35,10 @@ struct KernelParams {
   int stages;
   uint32_t scale_add2;  // (exponent_add << 7) in both bf16 halves
   int debug_mode;       // 0 normal; benchmark diagnostics: 1 loads only, 2 compute only
-  int x_tma;            // warp-specialized tiles: activations through the tensor map (contiguous rows)
 };
 
 // The tensor maps a warp-specialized tile's producer copies through (TMA):
-// contiguous activation rows (zeroed when the rows are gathered), and the
+// the activation rows in expert order (nt-row boxes), and the
 // prepared weights and block scales, so that a stage is one copy per operand.
 // Every kernel takes them; the all-warps tiles get zeroed ones.
 struct TensorMaps {

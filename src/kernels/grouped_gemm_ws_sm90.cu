@@ -6,13 +6,13 @@
 //   and meets at a CTA barrier every stage; here one producer warpgroup fills
 //   the stage ring and the consumer warpgroups only dequantize and multiply.
 // - Producer: per stage, one TMA box of weights and one of scales
-//   (src/plan/tma_geometry.hpp), and the activations either as TMA boxes
-//   (contiguous rows: 64 k x nt tokens, 128-byte swizzle) or, for gathered
-//   rows, cp.async into the same swizzled layout. One elected thread issues the
-//   boxes: a few instructions per stage, so the producer keeps the ring full
-//   however busy the math warps keep the schedulers. Completion is an
-//   mbarrier transaction count ("full"); consumers hand slots back through an
-//   "empty" mbarrier, one arrival per consumer thread.
+//   (src/plan/tma_geometry.hpp), and the activations as 64 k x nt token boxes,
+//   128-byte swizzled. One elected thread issues them: a few instructions per
+//   stage, so the producer keeps the ring full however busy the math warps
+//   keep the schedulers. The rows are contiguous: the launcher first copies
+//   gathered rows into expert order (gathering them in the kernel, by cp.async
+//   or by one-row boxes, cost GEMM1 1.5x to 5x; docs/kernels.md). Completion is an mbarrier transaction count ("full"); consumers hand
+//   slots back through an "empty" mbarrier, one arrival per consumer thread.
 // - Consumers: each warpgroup owns 64 x warp_m_tiles weight rows; every k16
 //   step it dequantizes its A fragments in registers and then, on wgmma tiles,
 //   issues one wgmma m64 x nt x k16 per m64 block with the tokens from shared
@@ -73,94 +73,66 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       (T.threads() * kRegCap - kProducerThreads * kProducerRegs) / (T.threads() - kProducerThreads) / 8 * 8 > 232
           ? 232
           : (T.threads() * kRegCap - kProducerThreads * kProducerRegs) / (T.threads() - kProducerThreads) / 8 * 8;
-  constexpr int kProducerBarrier = 1;       // named barrier of the producer warpgroup
-  constexpr int kFirstConsumerBarrier = 2;  // + consumer warpgroup index
+  constexpr int kFirstConsumerBarrier = 1;  // named barriers: + consumer warpgroup index
 
   extern __shared__ __align__(1024) uint8_t smem[];
   const int stages = p.stages;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L.barriers_offset(stages));
   uint64_t* empty = full + stages;
   int32_t* prefix = reinterpret_cast<int32_t*>(smem + L.prefix_offset(stages));
-  int32_t* item_rows = reinterpret_cast<int32_t*>(smem + L.row_index_offset(stages));
   float* epi = reinterpret_cast<float*>(smem + L.epilogue_offset(stages));
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int E = p.num_experts;
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
-      // full: the producer's expect_tx arrival (+ one cp.async arrival per producer thread)
-      async::mbarrier_init(&full[s], p.x_tma ? 1 : 1 + kProducerThreads);
+      async::mbarrier_init(&full[s], 1);  // the producer's expect_tx arrival
       async::mbarrier_init(&empty[s], kConsumerWarps * 32);
     }
     async::fence_barrier_init();
   }
   if (warp == 1) build_chunk_prefix<T.nt>(prefix, p.expert_offsets, E, lane);
   __syncthreads();
-  const int total_chunks = prefix[E];
-  const int n_tiles = static_cast<int>(p.n / T.bm);
-  const int total_items = total_chunks * n_tiles;
-  if (blockIdx.x >= total_items) return;
-  const int KT = static_cast<int>(p.k / T.bk);
-  const int my_items = (total_items - 1 - blockIdx.x) / gridDim.x + 1;
-  auto item = [&](int j) {
-    return work_item<T.nt, true>(blockIdx.x + j * gridDim.x, prefix, p.expert_offsets, E, total_chunks, n_tiles);
-  };
+  // The schedule is recomputed from the parameters and shared memory where it is
+  // used: values kept live across setmaxnreg spill (ptxas).
+  auto n_tiles = [&] { return static_cast<int>(p.n / T.bm); };
+  auto total_items = [&] { return prefix[E] * n_tiles(); };
+  if (int(blockIdx.x) >= total_items()) return;
+  auto item = [&](int i) { return work_item<T.nt, true>(i, prefix, p.expert_offsets, E, prefix[E], n_tiles()); };
 
   if (warp < 4) {
     // ================= producer warpgroup =================
     if constexpr (kReallocate) async::setmaxnreg_dec<kProducerRegs>();
-    if (p.x_tma && warp != 0) return;  // the tensor copies need one thread; gathered rows need them all
-    const uint32_t tx = p.debug_mode == 2 ? 0u : kStageTx + (p.x_tma ? kActStageBytes : 0u);
+    if (warp != 0) return;  // one thread issues every tensor copy
     const int rowgroups_per_expert = static_cast<int>(p.n / 16);
+    const int KT = static_cast<int>(p.k / T.bk), items = total_items();
     int slot = 0;
     uint32_t phase = 0;
-    for (int j = 0; j < my_items; ++j) {
-      const WorkItem w = item(j);
-      if (!p.x_tma) {
-        async::named_barrier(kProducerBarrier, kProducerThreads);  // the previous item's rows are all issued
-        for (int r = tid; r < T.nt; r += kProducerThreads)
-          item_rows[r] = r < w.rows ? (p.gather ? p.gather[w.row0 + r] : w.row0 + r) : -1;
-        async::named_barrier(kProducerBarrier, kProducerThreads);
-      }
+    for (int it = blockIdx.x; it < items; it += gridDim.x) {
+      const WorkItem w = item(it);
+      // (an activation box counts all nt rows; those past the end of x are zero-filled)
+      const uint32_t tx = p.debug_mode == 2 ? 0u : kStageTx + kActStageBytes;
       const int rowgroup0 = w.expert * rowgroups_per_expert + w.ntile * kRowGroups;  // the tile's first 16-row group
       for (int kt = 0; kt < KT; ++kt) {
         async::mbarrier_wait(&empty[slot], phase ^ 1);
         uint8_t* st = smem + slot * L.smem_bytes_per_stage();
-        if (warp == 0 && lane == 0) {
-          // One elected thread: the stage's weights, scales and (contiguous rows) activations are one
-          // tensor copy each (per 64-k atom for the activations): the producer's issue cost stays a few
+        if (lane == 0) {
+          // The stage's weights, scales and activations are one tensor copy each (per 64-k atom for the
+          // activations, [atom][nt rows][128 bytes] swizzled): the producer's issue cost stays a few
           // instructions per stage however busy the consumers keep the SM's schedulers.
           async::mbarrier_arrive_expect_tx(&full[slot], tx);
           if (p.debug_mode != 2) {
             async::tensor_copy_3d(st + L.weight_offset(), &maps.weights, 0, kt * (T.bk / 32), rowgroup0, &full[slot]);
             async::tensor_copy_2d(st + L.scale_offset(), &maps.scales, kt * T.bk, rowgroup0, &full[slot]);
-            if (p.x_tma)
 #pragma unroll
-              for (int a = 0; a < kWGranPerStage; ++a)
-                async::tensor_copy_2d(st + L.act_offset() + a * (T.nt * 128), &maps.x, kt * T.bk + a * 64, w.row0,
-                                      &full[slot]);
+            for (int a = 0; a < kWGranPerStage; ++a)
+              async::tensor_copy_2d(st + L.act_offset() + a * (T.nt * 128), &maps.x, kt * T.bk + a * 64, w.row0,
+                                    &full[slot]);
           }
-        }
-        if (!p.x_tma) {
-          if (p.debug_mode != 2) {
-            constexpr int kPieces = T.bk * 2 / 16;  // 16-byte pieces per row
-#pragma unroll 1
-            for (int i = tid; i < T.nt * kPieces; i += kProducerThreads) {
-              const int r = i / kPieces, piece = i % kPieces;
-              const int32_t xrow = item_rows[r];
-              // [piece/8 atom][nt rows][128 bytes], 16-byte chunk c of row r at c ^ (r % 8)
-              const int dst = (piece / 8) * (T.nt * 128) + r * 128 + (((piece % 8) ^ (r % 8)) * 16);
-              ptx::cp_async_16(st + L.act_offset() + dst,
-                               p.x + int64_t(xrow < 0 ? 0 : xrow) * p.k + int64_t(kt) * T.bk + piece * 8,
-                               xrow < 0 ? 0 : 16);
-            }
-          }
-          async::cp_async_arrive_noinc(&full[slot]);
         }
         if (++slot == stages) slot = 0, phase ^= 1;
       }
     }
-    if (!p.x_tma) asm volatile("cp.async.wait_all;\n" ::: "memory");
   } else {
   // ================= consumer warpgroups =================
   if constexpr (kReallocate) async::setmaxnreg_inc<kConsumerRegs>();
@@ -194,10 +166,11 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // ldmatrix rows of this lane: token r = (lane % 8) + 8 * (lane / 16) (+ 8 jn), k half (lane / 8) % 2;
   // in the swizzled layout chunk c of token r sits at c ^ (r % 8), and r % 8 = lane % 8.
   const int ld_row = (lane % 8) + (T.nt >= 16 ? (lane / 16) * 8 : 0), ld_khalf = (lane / 8) % 2;
+  const int KT = static_cast<int>(p.k / T.bk), items = total_items();
   int slot = 0, pending = -1;  // pending: the previous stage's slot, released once its wgmma are done
   uint32_t phase = 0;
-  for (int j = 0; j < my_items; ++j) {
-    const WorkItem w = item(j);
+  for (int it = blockIdx.x; it < items; it += gridDim.x) {
+    const WorkItem w = item(it);
     // The item's K loop multiplies NU token columns: the smallest of nt/4, nt/2,
     // 3nt/4 and nt that covers its rows (ragged counts leave many short chunks;
     // the columns past the rows are never stored). The choice is made once per
@@ -211,8 +184,6 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
         if (p.debug_mode == 1) {
           release(slot);
         } else if constexpr (T.wgmma) {
-          // cp.async wrote the activations through the generic proxy; wgmma reads through the async proxy
-          if (!p.x_tma) wgmma::fence_proxy_async_shared();
           const uint32_t xbase = ptx::smem_addr(st + L.act_offset());
           uint32_t a[2][kMB][4];  // double-buffered: a fragment stays live until its wgmma has read it
   #pragma unroll

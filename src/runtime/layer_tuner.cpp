@@ -69,7 +69,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
                                : (g.dense ? m.shared_y.get() : (m.y2.size() ? m.y2.get() : nullptr));
       const __nv_bfloat16* in = first ? x.get() : (g.dense ? m.shared_a2.get() : m.a2.get());
       const int32_t* gather = first && !g.dense ? m.permuted_token.get() : nullptr;
-      const int64_t x_rows = g.dense ? T : T * c.top_k;
+      const int64_t gemm_rows = g.dense ? T : T * c.top_k;
 
       const int def = plan::rank_decode_tiles(g.w->n, g.w->k, m.budget, tpe, act, m.sm_count);
       TuneRow row;
@@ -84,7 +84,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
         TimingStats ts;
         try {
           // what the layer would run, the permuted copy of a warp-specialized GEMM1 included
-          ts = time_on_stream([&] { m.launch_gemm({t, p.stages}, *g.w, in, gather, x_rows, offs, epi, y, s); }, s, 3, 15);
+          ts = time_on_stream([&] { m.launch_gemm({t, p.stages}, *g.w, in, gather, gemm_rows, offs, epi, y, s); }, s, 3, 15);
         } catch (const Error& e) {
           throw Error("tune: " + std::string(g.name) + " tile " + p.config + " failed although the planner accepted it (" +
                       p.explanation + "): " + e.what() + ". This is a bug; please report it.");

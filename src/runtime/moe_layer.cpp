@@ -118,8 +118,8 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
   m.a2.resize(size_t(P * cfg.intermediate));
   if (m.finalize == FinalizeMode::split) m.y2.resize(size_t(P * H));
   else m.accumulate.resize(size_t(T * H));
-  // Warp-specialized tiles (sm_90) win from ~64 tokens per expert; their GEMM1 reads a permuted copy.
-  if (m.budget.cc == 90 && P >= 64 * cfg.num_experts) m.x_permuted.resize(size_t(P * H));
+  // Warp-specialized tiles (sm_90) load rows in expert order: GEMM1 reads a permuted copy of x.
+  if (m.budget.cc == 90) m.x_permuted.resize(size_t(P * H));
   if (cfg.shared_expert) {
     m.shared_a2.resize(size_t(T * cfg.shared_intermediate));
     m.shared_y.resize(size_t(T * H));

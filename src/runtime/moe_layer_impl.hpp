@@ -156,19 +156,13 @@ struct MoeLayer::Impl {
 
   // One GEMM with tile c over `rows` permuted rows: x has `rows` rows in order
   // (gather null) or they are gathered from x. A warp-specialized tile loads
-  // contiguous rows by TMA, so gathered rows are first copied into expert order.
+  // rows in expert order by TMA: the launch first copies gathered rows into x_permuted.
   void launch_gemm(const TileChoice& c, const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather,
                    int64_t rows, const int32_t* offs, kernels::DecodeEpilogue epi, __nv_bfloat16* y,
                    cudaStream_t stream) {
     kernels::DecodeGemmArgs a = gemm_args(w, x, gather, offs, epi, y);
-    if (plan::kDecodeTiles[c.tile].warp_specialized) {
-      if (gather && int64_t(x_permuted.size()) >= rows * w.k) {
-        kernels::launch_gather_rows({x, gather, rows, w.k, x_permuted.get()}, stream);
-        a.x = x_permuted.get();
-        a.gather = nullptr;
-      }
-      if (!a.gather) a.x_rows = rows;
-    }
+    a.permuted_rows = rows;
+    if (gather && int64_t(x_permuted.size()) >= rows * w.k) a.gather_workspace = x_permuted.get();
     kernels::launch_decode_grouped_gemm(a, {c.tile, c.stages, 0, 0}, stream);
   }
 

@@ -23,9 +23,8 @@ struct CaseResult {
 
 // How the kernel finds each permuted row's activations.
 enum class Rows {
-  gathered,        // row p reads X[gather[p]] (cp.async)
-  contiguous,      // row p reads X[p], row count not given (cp.async)
-  contiguous_tma,  // row p reads X[p], X has P rows (warp-specialized tiles: tensor map)
+  gathered,    // row p reads X[gather[p]], X has T rows (warp-specialized tiles: one-row TMA boxes)
+  contiguous,  // row p reads X[p], X has P rows (warp-specialized tiles: nt-row TMA boxes)
 };
 
 // Expert e gets counts[e] rows; each row gathers a random token of X [T, K]
@@ -68,7 +67,9 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   args.k = k;
   args.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
   args.gather = contiguous ? nullptr : dgather.get();
-  args.x_rows = rows_mode == Rows::contiguous_tma ? T : 0;
+  args.permuted_rows = P;
+  DeviceBuffer<uint16_t> workspace(size_t(std::max<int64_t>(P, 1) * k));
+  args.gather_workspace = reinterpret_cast<__nv_bfloat16*>(workspace.get());
   args.expert_offsets = doff.get();
   args.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
   kernels::DecodeLaunch launch;
@@ -119,13 +120,12 @@ TEST(GpuDecodeGemm, EveryTileEveryTokenCount) {
       std::printf("  %-22s %-5s rel err %.3e\n", plan::decode_tile_name(tile).c_str(), to_string(f), r.rel_err);
     }
     if (plan::kDecodeTiles[tile].warp_specialized)
-      for (Rows m : {Rows::contiguous, Rows::contiguous_tma}) {
-        const CaseResult r = run_case(Fp4Format::nvfp4, 256, 2048, kCounts, tile, device_capacity(), 19 + tile, m);
-        EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " contiguous rows " << int(m);
-        EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " contiguous rows " << int(m);
-        std::printf("  %-22s %s rel err %.3e\n", plan::decode_tile_name(tile).c_str(),
-                    m == Rows::contiguous_tma ? "TMA rows " : "contiguous", r.rel_err);
-      }
+    {
+      const CaseResult r = run_case(Fp4Format::nvfp4, 256, 2048, kCounts, tile, device_capacity(), 19 + tile, Rows::contiguous);
+      EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " contiguous rows";
+      EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " contiguous rows";
+      std::printf("  %-22s contiguous rel err %.3e\n", plan::decode_tile_name(tile).c_str(), r.rel_err);
+    }
   }
   EXPECT_GE(ran, plan::kNumDecodeTiles - 2) << "the planner rejects most decode tiles on this GPU";
 }
@@ -189,13 +189,34 @@ TEST(GpuDecodeGemm, RejectsWhatThePlannerRejects) {
   args.x = reinterpret_cast<const __nv_bfloat16*>(dummy);
   args.expert_offsets = reinterpret_cast<const int32_t*>(dummy);
   args.y = reinterpret_cast<__nv_bfloat16*>(dummy);
-  args.x_rows = -1;
+  args.permuted_rows = -1;
   launch.tile = 0;
   try {
     kernels::launch_decode_grouped_gemm(args, launch, nullptr);
-    ADD_FAILURE() << "x_rows = -1 was accepted";
+    ADD_FAILURE() << "permuted_rows = -1 was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("x_rows = -1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("permuted_rows = -1"), std::string::npos) << e.what();
+  }
+  // A warp-specialized tile needs the row count for its tensor map, and a workspace for gathered rows.
+  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
+    if (!plan::kDecodeTiles[tile].warp_specialized || !plan::plan_decode_tile(tile, 256, 2048, device_capacity()).fits) continue;
+    args.permuted_rows = 0;
+    launch.tile = tile;
+    try {
+      kernels::launch_decode_grouped_gemm(args, launch, nullptr);
+      ADD_FAILURE() << "permuted_rows = 0 was accepted by " << plan::decode_tile_name(tile);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("needs permuted_rows"), std::string::npos) << e.what();
+    }
+    args.permuted_rows = 1;
+    args.gather = reinterpret_cast<const int32_t*>(dummy);
+    try {
+      kernels::launch_decode_grouped_gemm(args, launch, nullptr);
+      ADD_FAILURE() << "gathered rows without a workspace were accepted by " << plan::decode_tile_name(tile);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("gather_workspace"), std::string::npos) << e.what();
+    }
+    break;
   }
 }
 
@@ -235,10 +256,10 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
     EXPECT_LT(big.rel_err, 1e-2) << p.config << " N 4096 K 6144";
     std::printf("  %-30s N 4096 K 6144 rel err %.3e\n", p.config.c_str(), big.rel_err);
     if (plan::kDecodeTiles[tile].warp_specialized) {
-      const CaseResult tma = run_case(Fp4Format::nvfp4, 6144, 2048, {257, 0, 1024, 65}, tile, budget, 78, Rows::contiguous_tma);
+      const CaseResult tma = run_case(Fp4Format::nvfp4, 6144, 2048, {257, 0, 1024, 65}, tile, budget, 78, Rows::contiguous);
       EXPECT_EQ(tma.unwritten, 0) << p.config;
-      EXPECT_LT(tma.rel_err, 1e-2) << p.config << " N 6144 K 2048, TMA rows";
-      std::printf("  %-30s N 6144 K 2048 TMA rows rel err %.3e\n", p.config.c_str(), tma.rel_err);
+      EXPECT_LT(tma.rel_err, 1e-2) << p.config << " N 6144 K 2048, contiguous rows";
+      std::printf("  %-30s N 6144 K 2048 contiguous rows rel err %.3e\n", p.config.c_str(), tma.rel_err);
     }
   }
   if (budget.cc == 90) {
@@ -253,23 +274,20 @@ namespace fp4moe {
 namespace {
 
 // Small enough for compute-sanitizer (memcheck, racecheck) on the warpgroup and
-// warp-specialized paths: two N tiles even for bm = 256, and (TMA rows) fewer
-// rows in the tensor than one activation box holds.
+// warp-specialized paths: two N tiles even for bm = 256, and fewer rows in x
+// than one activation box holds.
 TEST(GpuDecodeGemm, WarpgroupTilesSmallCase) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
     if (!plan::kDecodeTiles[tile].swizzled_activations() || !plan::plan_decode_tile(tile, 512, 256, budget).fits) continue;
-    for (Rows m : {Rows::gathered, Rows::contiguous, Rows::contiguous_tma}) {
+    for (Rows m : {Rows::gathered, Rows::contiguous}) {
       if (m != Rows::gathered && !plan::kDecodeTiles[tile].warp_specialized) continue;
-      const CaseResult r = run_case(Fp4Format::nvfp4, 512, 256, {65, 0, 3, 130}, tile, budget, 5 + tile, m);
-      EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " rows " << int(m);
-      EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " rows " << int(m);
-    }
-    if (plan::kDecodeTiles[tile].warp_specialized) {
-      const CaseResult r = run_case(Fp4Format::nvfp4, 512, 256, {3, 0, 2}, tile, budget, 9 + tile, Rows::contiguous_tma);
-      EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " 5 TMA rows";
-      EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " 5 TMA rows";
+      for (const std::vector<int>& counts : {std::vector<int>{65, 0, 3, 130}, std::vector<int>{3, 0, 2}}) {
+        const CaseResult r = run_case(Fp4Format::nvfp4, 512, 256, counts, tile, budget, 5 + tile, m);
+        EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " rows " << int(m) << ", " << counts[0] << " rows first";
+        EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " rows " << int(m) << ", " << counts[0] << " rows first";
+      }
     }
   }
 }
