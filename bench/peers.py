@@ -13,15 +13,35 @@ import json
 import sys
 
 
-def timed(torch, fn, reps):
+def timed(torch, fn, reps, graph=False):
+    """Median ms per call. graph=True replays fn captured in a CUDA graph, as
+    fp4moe's GEMMs are timed (no host launch cost); falls back to eager calls
+    where fn cannot be captured (data-dependent shapes)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
+    run = fn
+    if graph:
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fn()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            run = g.replay
+            run()
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - any capture failure: time eagerly, say so
+            print(f"peers: CUDA graph capture failed ({exc}); timing eagerly", file=sys.stderr)
+            run = fn
     ts = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        fn()
+        run()
         e.record()
         e.synchronize()
         ts.append(s.elapsed_time(e))
@@ -33,7 +53,7 @@ def grouped_mm_ms(torch, w, counts, k, reps):
     dev = w.device
     offs = torch.cumsum(torch.tensor(counts, dtype=torch.int32), 0).to(torch.int32).to(dev)
     x = torch.randn(int(sum(counts)), k, device=dev, dtype=torch.bfloat16)
-    return timed(torch, lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs), reps)
+    return timed(torch, lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs), reps, graph=True)
 
 
 def layer_peers(torch, rep, reps):

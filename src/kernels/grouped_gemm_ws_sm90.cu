@@ -163,6 +163,11 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // (not on two-block wgmma tiles: a fourth copy of their pipeline spills registers)
   constexpr bool kThreeQuarters = kNarrowable && (3 * T.nt / 4) % 16 == 0 && !(T.wgmma && kMB > 1);
   float acc_odd[kAccSets == 2 ? kMB : 1][kAccSets == 2 ? T.nt / 2 : 1] = {};
+  // wgmma: A fragment buffers, one per wgmma step allowed in flight. Two: a third
+  // and fourth step in flight measured 8-13% slower on the one-block tiles at 16
+  // to 32 tokens per expert (docs/kernels.md).
+  constexpr int kFragBuffers = 2;
+  static_assert((T.bk / 16) % kFragBuffers == 0, "a stage's k16 steps cycle through the fragment buffers");
   // ldmatrix rows of this lane: token r = (lane % 8) + 8 * (lane / 16) (+ 8 jn), k half (lane / 8) % 2;
   // in the swizzled layout chunk c of token r sits at c ^ (r % 8), and r % 8 = lane % 8.
   const int ld_row = (lane % 8) + (T.nt >= 16 ? (lane / 16) * 8 : 0), ld_khalf = (lane / 8) % 2;
@@ -185,14 +190,14 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
           release(slot);
         } else if constexpr (T.wgmma) {
           const uint32_t xbase = ptx::smem_addr(st + L.act_offset());
-          uint32_t a[2][kMB][4];  // double-buffered: a fragment stays live until its wgmma has read it
+          uint32_t a[kFragBuffers][kMB][4];  // a fragment stays live until its wgmma has read it
   #pragma unroll
           for (int kk = 0; kk < kWGranPerStage; ++kk) {
             uint4 wq[kMB], sq[kMB];
             load_weight_granules(st, kk, wq, sq);
   #pragma unroll
             for (int t = 0; t < 4; ++t) {
-              const int q = kk * 4 + t, buf = q % 2;
+              const int q = kk * 4 + t, buf = q % kFragBuffers;
               const uint64_t desc = wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32);
   #pragma unroll
               for (int b = 0; b < kMB; ++b) {
@@ -206,8 +211,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
               for (int b = 0; b < kMB; ++b)
                 wgmma::mma_rs<NU>(reinterpret_cast<float(&)[NU / 2]>(acc[b]), a[buf][b], desc, kt > 0 || q > 0);
               wgmma::commit_group();
-              wgmma::wait_group<1>();  // every wgmma but this step's is done
-              if (q == 0 && pending >= 0) release(pending), pending = -1;
+              wgmma::wait_group<kFragBuffers - 1>();  // every wgmma but the last kFragBuffers - 1 is done
+              if (q == kFragBuffers - 2 && pending >= 0) release(pending), pending = -1;  // the previous stage's are
             }
           }
           pending = slot;
