@@ -21,7 +21,7 @@ struct DecodeTile {
   int ctas_per_sm;  // occupancy target: the stage budget is the SM's share for this many CTAs
   bool wgmma = false;  // Hopper warpgroup MMA (sm_90a only): 4 warps x 16 rows = m64, tokens = n
   // Warp-specialized (sm_90a only): one producer warpgroup fills the stages with
-  // bulk/tensor copies (or cp.async for gathered rows) on mbarriers, consumer
+  // tensor copies (rows in expert order; gathered rows are copied so first) on mbarriers, consumer
   // warpgroups dequantize and multiply (src/kernels/grouped_gemm_ws_sm90.cu):
   // with wgmma (m64 x nt per warpgroup) or, without, mma.sync (m16 x n8 per warp).
   bool warp_specialized = false;

@@ -147,14 +147,18 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // 32-token tiles (experts with more tokens take several chunks, whose weights
   // come from L2). Among tiles of that width: most resident warps, then the
   // deeper pipeline; small bm when there are too few items for the SMs.
-  // On sm_90 the warp-specialized tiles win: below ~96 tokens per expert those
-  // with mma.sync consumers (bench/results/*-decode-h200.md), from ~96 the
-  // warpgroup-MMA tile with the most weight rows per activation byte
-  // (bench/results/*-prefill-h200.md).
-  if (capacity.cc == 90 && tokens_per_expert >= 96 && !std::getenv("FP4MOE_DISABLE_WGMMA")) {
+  // On sm_90 the warp-specialized tiles win (bench/results/2026-11-30-gathercopy-*):
+  // below ~24 tokens per expert those with mma.sync consumers; from ~24 the
+  // warpgroup-MMA tiles, 64-token bm256 (four consumer warpgroups) to ~48, then
+  // the 128-token tile with the most weight rows per activation byte.
+  if (capacity.cc == 90 && tokens_per_expert >= 24 && !std::getenv("FP4MOE_DISABLE_WGMMA")) {
+    const int nt = tokens_per_expert >= 48 ? 128 : 64;
+    const int m_tiles = tokens_per_expert >= 48 ? 2 : 1;
     for (int i = 0; i < kNumDecodeTiles; ++i) {
       const DecodeTile& t = kDecodeTiles[i];
-      if (t.warp_specialized && t.nt == 128 && t.warp_m_tiles == 2 && plan_decode_tile(i, n, k, capacity).fits) return i;
+      if (t.warp_specialized && t.wgmma && t.bm == 256 && t.nt == nt && t.warp_m_tiles == m_tiles &&
+          plan_decode_tile(i, n, k, capacity).fits)
+        return i;
     }
   }
   const int want_nt = tokens_per_expert <= 6 ? 8 : tokens_per_expert <= 12 ? 16 : 32;
@@ -164,7 +168,7 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
     const SmemPlan p = plan_decode_tile(i, n, k, capacity);
     if (!p.fits) continue;
     const DecodeTile& t = kDecodeTiles[i];
-    if (t.wgmma) continue;  // below ~96 tokens per expert only the tuner picks warpgroup-MMA tiles
+    if (t.wgmma) continue;  // below ~24 tokens per expert only the tuner picks warpgroup-MMA tiles
     const double chunks = std::ceil(std::max(1.0, tokens_per_expert) / t.nt);
     const double items = double(active_experts) * chunks * double(n / t.bm);
     double score = (t.nt == want_nt ? 1000.0 : -std::abs(std::log2(double(t.nt) / want_nt)) * 100.0) +
