@@ -11,6 +11,11 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null)
 summary=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+# SM clock, power and temperature every 250 ms while this runs: a timing that
+# moves between runs can be read against them (summary at the end)
+nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 250 > "$OUT/clocks.csv" 2>/dev/null &
+sampler=$!
+trap 'kill $sampler 2>/dev/null' EXIT
 [ -x "$BIN/fp4moe" ] && "$BIN/fp4moe" info | tee "$OUT/info.txt"
 
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
@@ -61,6 +66,23 @@ if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
     summary+=("compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)")
   done
 fi
+kill $sampler 2>/dev/null
+summary+=("$(python3 - "$OUT/clocks.csv" <<'PY'
+import statistics, sys
+rows = []
+for line in open(sys.argv[1]):
+    try:
+        rows.append([float(v) for v in line.split(",")])
+    except ValueError:
+        pass
+if rows:
+    clk, pw, temp = zip(*rows)
+    print(f"clocks over {len(rows)} samples: SM {min(clk):.0f}..{max(clk):.0f} MHz (median {statistics.median(clk):.0f}), "
+          f"power up to {max(pw):.0f} W, temperature up to {max(temp):.0f} C")
+else:
+    print("clocks: no samples")
+PY
+)")
 echo
 echo "==== summary ===="
 for s in "${summary[@]}"; do echo "$s"; done
