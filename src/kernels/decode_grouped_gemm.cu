@@ -322,9 +322,12 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
   FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.x && a.expert_offsets,
                "decode GEMM: a device pointer is null (weights, scales, dequant_scale, x and expert_offsets are required)");
   FP4MOE_CHECK(a.scale_parts == 1 || a.scale_parts == 2, "decode GEMM: scale_parts = " << a.scale_parts << " is not 1 or 2");
-  if (a.epilogue == DecodeEpilogue::scatter_add)
+  if (a.epilogue == DecodeEpilogue::scatter_add) {
     FP4MOE_CHECK(a.accumulate && a.permuted_pair && a.topk_weights && a.top_k >= 1,
                  "decode GEMM: scatter_add needs accumulate, permuted_pair, topk_weights and top_k");
+    FP4MOE_CHECK(reinterpret_cast<uintptr_t>(a.accumulate) % 16 == 0,
+                 "decode GEMM: accumulate is not 16-byte aligned (the epilogue adds 4 floats at a time)");
+  }
   else
     FP4MOE_CHECK(a.y, "decode GEMM: y is null");
   FP4MOE_CHECK(a.permuted_rows >= 0, "decode GEMM: permuted_rows = " << a.permuted_rows << " is negative");

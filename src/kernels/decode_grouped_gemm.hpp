@@ -41,7 +41,7 @@ struct DecodeGemmArgs {
   const int32_t* expert_offsets = nullptr;  // [E+1]
   __nv_bfloat16* y = nullptr;            // [P, N] (store) or [P, N/2] (swiglu)
   DecodeEpilogue epilogue = DecodeEpilogue::store;
-  float* accumulate = nullptr;           // scatter_add: [T, N] fp32
+  float* accumulate = nullptr;           // scatter_add: [T, N] fp32, 16-byte aligned
   const int32_t* permuted_pair = nullptr;
   const float* topk_weights = nullptr;
   int top_k = 0;

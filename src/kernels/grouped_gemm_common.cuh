@@ -208,8 +208,14 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
       const int32_t pair = p.permuted_pair[w.row0 + r];
       const float wt = p.topk_weights[pair];
       float* dst = p.accumulate + int64_t(pair / p.top_k) * p.n + col0 + c0;
+      const float* e = epi + r * stride + c0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      // one 16-byte vector reduction (sm_90+): a quarter of the atomic operations
+      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(wt * e[0], wt * e[1], wt * e[2], wt * e[3]));
+#else
 #pragma unroll
-      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * epi[r * stride + c0 + q]);
+      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * e[q]);
+#endif
     }
   } else {
     constexpr int kPieces = Rows / 8;
