@@ -45,7 +45,8 @@ struct RoutedBatch {
 };
 
 // One GEMM launch replayed from a CUDA graph: the host's per-launch work (the
-// plan check, tensor-map encoding) is off the GPU's clock.
+// plan check, tensor-map encoding) is off the GPU's clock. A gathered GEMM1 on a
+// warp-specialized tile is two kernels, the row copy and the GEMM: both are timed.
 TimingStats time_gemm(const kernels::DecodeGemmArgs& a, const kernels::DecodeLaunch& L, cudaStream_t stream, int warmup,
                       int reps) {
   kernels::launch_decode_grouped_gemm(a, L, stream);  // once eagerly: function attributes set outside the capture

@@ -34,7 +34,7 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
       --out "$OUT/bench_prefill.json" > "$OUT/bench_prefill.log" 2>&1
     summary+=("bench_decode_gemm (prefill): rc=$?")
     # GEMM1 at 16..64 tokens per expert with its rows already in expert order:
-    # how much of GEMM1's gap to GEMM2 the in-kernel gather costs (docs/kernels.md)
+    # against the decode run's gemm1, what copying the gathered rows costs (docs/kernels.md)
     "$BIN/bench_decode_gemm" --permuted-gemm1 --gemm gemm1p --tokens 512,1024,2048 --no-peers \
       --out "$OUT/bench_permuted.json" > "$OUT/bench_permuted.log" 2>&1
     summary+=("bench_decode_gemm (GEMM1, rows in expert order): rc=$?")
@@ -67,14 +67,17 @@ if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
   done
 fi
 kill $sampler 2>/dev/null
+wait $sampler 2>/dev/null
 summary+=("$(python3 - "$OUT/clocks.csv" <<'PY'
 import statistics, sys
 rows = []
 for line in open(sys.argv[1]):
     try:
-        rows.append([float(v) for v in line.split(",")])
+        row = [float(v) for v in line.split(",")]
     except ValueError:
-        pass
+        continue
+    if len(row) == 3:  # a line cut short by the kill is dropped
+        rows.append(row)
 if rows:
     clk, pw, temp = zip(*rows)
     print(f"clocks over {len(rows)} samples: SM {min(clk):.0f}..{max(clk):.0f} MHz (median {statistics.median(clk):.0f}), "

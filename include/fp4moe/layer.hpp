@@ -19,6 +19,7 @@
 
 #include "fp4moe/model.hpp"
 #include "fp4moe/reference.hpp"
+#include "fp4moe/version.hpp"
 
 namespace fp4moe {
 
@@ -28,7 +29,6 @@ enum class FinalizeMode {
   split,      // GEMM2 writes its rows; a separate pass sums each token's k rows in slot order (bitwise stable)
 };
 
-inline constexpr const char* kVersion = "0.1.0";
 
 struct LayerOptions {
   int64_t max_tokens = 1024;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fp4moe/error.hpp"
+#include "fp4moe/version.hpp"
 #include "io/modelopt.hpp"
 
 namespace fp4moe::io::modelopt {
@@ -73,7 +74,7 @@ std::string require_nvfp4_quant_config(const std::string& dir) {
 
 std::string quant_config_json(const std::vector<std::string>& exclude_modules) {
   const json j = {
-      {"producer", {{"name", "fp4moe"}, {"version", "0.1.0"}}},
+      {"producer", {{"name", "fp4moe"}, {"version", kVersion}}},
       {"quantization",
        {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", nullptr}, {"group_size", kNvfp4BlockSize},
         {"exclude_modules", exclude_modules}}},

@@ -358,7 +358,7 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
                   a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
                   a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
                   (prepared_scale_exponent_add(a.format) << 7) | (prepared_scale_exponent_add(a.format) << 23),
-                  launch.debug_mode};
+                  launch.debug_mode, a.permuted_rows};
   // Warp-specialized tiles load every operand through a tensor map (TMA).
   TensorMaps maps{};
   if (tile.warp_specialized) {
@@ -371,13 +371,14 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
       FP4MOE_CHECK(a.gather_workspace, "decode GEMM: tile " << plan::decode_tile_name(launch.tile)
                                                             << " copies gathered rows into gather_workspace [" << a.permuted_rows
                                                             << ", " << a.k << "] first; it is null");
-      launch_gather_rows({a.x, a.gather, a.permuted_rows, a.k, a.gather_workspace}, stream);
       kp.x = a.gather_workspace;
       kp.gather = nullptr;
     }
+    // Every map is encoded (and checked) before anything is queued.
     maps.weights = weight_tensor_map(a.weights, a.num_experts, a.n, a.k, tile);
     maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile);
     maps.x = activation_tensor_map(kp.x, a.permuted_rows, a.k, tile.nt);
+    if (a.gather) launch_gather_rows({a.x, a.gather, a.permuted_rows, a.k, a.gather_workspace}, stream);
   }
   fn<<<grid, tile.threads(), static_cast<size_t>(smem), stream>>>(kp, maps);
   FP4MOE_CHECK_LAUNCH("decode_grouped_gemm");

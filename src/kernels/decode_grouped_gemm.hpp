@@ -34,7 +34,8 @@ struct DecodeGemmArgs {
   const int32_t* gather = nullptr;       // [P] row of x for permuted row p, or nullptr (identity)
   // P = expert_offsets[E], the permuted rows computed. Warp-specialized tiles
   // need it: they load the rows in expert order by TMA, from x (gather null) or,
-  // gathered, from gather_workspace [P, K], which the launch fills first.
+  // gathered, from gather_workspace [P, K] (16-byte aligned, not aliasing x),
+  // which the launch fills first; they read and write no row at or past P.
   // 0 (unknown) is accepted by the all-warps tiles only.
   int64_t permuted_rows = 0;
   __nv_bfloat16* gather_workspace = nullptr;

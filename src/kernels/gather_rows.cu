@@ -28,6 +28,8 @@ void launch_gather_rows(const GatherRowsArgs& a, cudaStream_t stream) {
   FP4MOE_CHECK(a.x && a.rows && a.out, "gather_rows: x, rows and out must be device pointers, got null");
   FP4MOE_CHECK(a.cols > 0 && a.cols % 8 == 0, "gather_rows: cols = " << a.cols << " must be a positive multiple of 8");
   FP4MOE_CHECK(a.count >= 0, "gather_rows: count = " << a.count << " is negative");
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0,
+               "gather_rows: x and out must be 16-byte aligned (rows are copied 16 bytes at a time)");
   if (a.count == 0) return;
   FP4MOE_CHECK(a.cols / 8 <= INT32_MAX, "gather_rows: cols = " << a.cols << " is too wide");
   constexpr int kRowsPerBlock = 8;  // 256 threads, a warp per row: no per-element index arithmetic

@@ -35,6 +35,7 @@ struct KernelParams {
   int stages;
   uint32_t scale_add2;  // (exponent_add << 7) in both bf16 halves
   int debug_mode;       // 0 normal; benchmark diagnostics: 1 loads only, 2 compute only
+  int64_t permuted_rows;  // P (warp-specialized tiles: no row at or past it is read or written); 0 on all-warps tiles
 };
 
 // The tensor maps a warp-specialized tile's producer copies through (TMA):

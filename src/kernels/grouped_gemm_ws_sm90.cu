@@ -11,8 +11,9 @@
 //   stage, so the producer keeps the ring full however busy the math warps
 //   keep the schedulers. The rows are contiguous: the launcher first copies
 //   gathered rows into expert order (gathering them in the kernel, by cp.async
-//   or by one-row boxes, cost GEMM1 1.5x to 5x; docs/kernels.md). Completion is an mbarrier transaction count ("full"); consumers hand
-//   slots back through an "empty" mbarrier, one arrival per consumer thread.
+//   or by one-row boxes, cost GEMM1 1.5x to 5x; docs/kernels.md). Completion
+//   is an mbarrier transaction count ("full"); consumers hand slots back
+//   through an "empty" mbarrier, one arrival per consumer thread.
 // - Consumers: each warpgroup owns 64 x warp_m_tiles weight rows; every k16
 //   step it dequantizes its A fragments in registers and then, on wgmma tiles,
 //   issues one wgmma m64 x nt x k16 per m64 block with the tokens from shared
@@ -98,7 +99,12 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   auto n_tiles = [&] { return static_cast<int>(p.n / T.bm); };
   auto total_items = [&] { return prefix[E] * n_tiles(); };
   if (int(blockIdx.x) >= total_items()) return;
-  auto item = [&](int i) { return work_item<T.nt, true>(i, prefix, p.expert_offsets, E, prefix[E], n_tiles()); };
+  auto item = [&](int i) {
+    WorkItem w = work_item<T.nt, true>(i, prefix, p.expert_offsets, E, prefix[E], n_tiles());
+    // rows at or past P (expert_offsets[E] above the caller's P) are neither loaded nor written
+    w.rows = static_cast<int>(min(int64_t(w.rows), p.permuted_rows - w.row0));
+    return w;
+  };
 
   if (warp < 4) {
     // ================= producer warpgroup =================
@@ -110,6 +116,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     uint32_t phase = 0;
     for (int it = blockIdx.x; it < items; it += gridDim.x) {
       const WorkItem w = item(it);
+      if (w.rows <= 0) continue;  // the consumers skip it too
       // (an activation box counts all nt rows; those past the end of x are zero-filled)
       const uint32_t tx = p.debug_mode == 2 ? 0u : kStageTx + kActStageBytes;
       const int rowgroup0 = w.expert * rowgroups_per_expert + w.ntile * kRowGroups;  // the tile's first 16-row group
@@ -167,7 +174,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // and fourth step in flight measured 8-13% slower on the one-block tiles at 16
   // to 32 tokens per expert (docs/kernels.md).
   constexpr int kFragBuffers = 2;
-  static_assert((T.bk / 16) % kFragBuffers == 0, "a stage's k16 steps cycle through the fragment buffers");
+  static_assert(kFragBuffers >= 2 && (T.bk / 16) % kFragBuffers == 0,
+                "a stage's k16 steps cycle through two or more fragment buffers");
   // ldmatrix rows of this lane: token r = (lane % 8) + 8 * (lane / 16) (+ 8 jn), k half (lane / 8) % 2;
   // in the swizzled layout chunk c of token r sits at c ^ (r % 8), and r % 8 = lane % 8.
   const int ld_row = (lane % 8) + (T.nt >= 16 ? (lane / 16) * 8 : 0), ld_khalf = (lane / 8) % 2;
@@ -176,6 +184,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   uint32_t phase = 0;
   for (int it = blockIdx.x; it < items; it += gridDim.x) {
     const WorkItem w = item(it);
+    if (w.rows <= 0) continue;  // past P: the producer loaded nothing for it
     // The item's K loop multiplies NU token columns: the smallest of nt/4, nt/2,
     // 3nt/4 and nt that covers its rows (ragged counts leave many short chunks;
     // the columns past the rows are never stored). The choice is made once per

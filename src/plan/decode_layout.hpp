@@ -126,7 +126,7 @@ struct DecodeSmemLayout {
   // and the current work item's activation row indices (gathered once per item) ---
   static constexpr int64_t kMaxExperts = 1024;
   constexpr int64_t scheduler_prefix_bytes() const { return (kMaxExperts + 1) * 4; }
-  // double-buffered (the loader runs ahead); the warp-specialized producer keeps them in registers
+  // all-warps tiles: double-buffered (the loader runs ahead); warp-specialized tiles have none (rows come in expert order)
   constexpr int64_t row_index_bytes() const { return tile.warp_specialized ? 0 : 2 * int64_t(tile.nt) * 4; }
   // warp-specialized: a "full" and an "empty" mbarrier per stage (8 bytes each), for the most stages
   constexpr int64_t barrier_bytes() const { return tile.warp_specialized ? 2 * int64_t(tile.max_stages) * 8 : 0; }

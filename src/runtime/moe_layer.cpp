@@ -273,7 +273,7 @@ int64_t MoeLayer::weight_bytes() const {
 int64_t MoeLayer::workspace_bytes() const {
   const Impl& m = *impl_;
   return int64_t(m.topk_ids.bytes() + m.topk_weights.bytes() + m.offsets.bytes() + m.permuted_pair.bytes() +
-                 m.permuted_token.bytes() + m.pair_pos.bytes() + m.dense_offsets.bytes() + m.status.bytes() +
+                 m.permuted_token.bytes() + m.x_permuted.bytes() + m.pair_pos.bytes() + m.dense_offsets.bytes() + m.status.bytes() +
                  m.accumulate.bytes() + m.a2.bytes() + m.y2.bytes() + m.shared_a2.bytes() + m.shared_y.bytes());
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "fp4moe/error.hpp"
+#include "fp4moe/version.hpp"
 #include "plan/tune_cache.hpp"
 
 namespace fp4moe::plan {
@@ -14,7 +15,7 @@ std::string temp_path(const char* name) {
   return (std::filesystem::temp_directory_path() / (std::string(name) + "-" + std::to_string(::getpid()) + ".json")).string();
 }
 
-TuneContext h200() { return {"NVIDIA H200", 90, 13000, 13000, "0.1.0"}; }
+TuneContext h200() { return {"NVIDIA H200", 90, 13000, 13000, kVersion}; }
 
 TEST(TuneCache, BucketsArePowersOfTwoThenStepsOf256) {
   EXPECT_EQ(token_bucket(0.03), 1);
@@ -62,7 +63,7 @@ TEST(TuneCache, SaveLoadMergeAndOtherGpusAreIgnoredWithAReason) {
   EXPECT_EQ(TuneCache::load(path, h200()).size(), 2u);
   EXPECT_EQ(TuneCache::load(path, other).size(), 1u);
   TuneContext newer = h200();
-  newer.fp4moe_version = "0.2.0";
+  newer.fp4moe_version = std::string(kVersion) + "-next";
   EXPECT_NE(TuneCache::load(path, newer).notice().find("ignored"), std::string::npos);
   std::filesystem::remove(path);
 }
@@ -93,3 +94,12 @@ TEST(TuneCache, DefaultPathFollowsTheEnvironment) {
 
 }  // namespace
 }  // namespace fp4moe::plan
+
+namespace fp4moe {
+namespace {
+
+// The version a tune cache records is the project's (CMakeLists.txt).
+TEST(Version, MatchesTheCMakeProjectVersion) { EXPECT_STREQ(kVersion, FP4MOE_PROJECT_VERSION); }
+
+}  // namespace
+}  // namespace fp4moe

@@ -19,18 +19,20 @@ namespace {
 struct CaseResult {
   double rel_err = 0;
   int64_t unwritten = 0;
+  int64_t written_past_stop = 0;  // with stop_at: output elements of rows at or past it that were written
 };
 
 // How the kernel finds each permuted row's activations.
 enum class Rows {
-  gathered,    // row p reads X[gather[p]], X has T rows (warp-specialized tiles: one-row TMA boxes)
+  gathered,    // row p reads X[gather[p]], X has T rows (warp-specialized tiles: copied into expert order, then TMA)
   contiguous,  // row p reads X[p], X has P rows (warp-specialized tiles: nt-row TMA boxes)
 };
 
 // Expert e gets counts[e] rows; each row gathers a random token of X [T, K]
 // (or, contiguous, reads row p of X [P, K]).
 CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<int>& counts, int tile,
-                    const plan::SmemBudget& capacity, uint64_t seed, Rows rows_mode = Rows::gathered) {
+                    const plan::SmemBudget& capacity, uint64_t seed, Rows rows_mode = Rows::gathered,
+                    int64_t stop_at = -1) {
   const int64_t E = static_cast<int64_t>(counts.size());
   const int64_t P = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const bool contiguous = rows_mode != Rows::gathered;
@@ -67,7 +69,7 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   args.k = k;
   args.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
   args.gather = contiguous ? nullptr : dgather.get();
-  args.permuted_rows = P;
+  args.permuted_rows = stop_at >= 0 ? stop_at : P;  // stop_at < P: a caller's P below expert_offsets[E]
   DeviceBuffer<uint16_t> workspace(size_t(std::max<int64_t>(P, 1) * k));
   args.gather_workspace = reinterpret_cast<__nv_bfloat16*>(workspace.get());
   args.expert_offsets = doff.get();
@@ -91,6 +93,11 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   });
   for (int64_t i = 0; i < P * n; ++i) got[size_t(i)] = bf16_to_float(ybits[size_t(i)]);
   CaseResult r;
+  if (stop_at >= 0) {  // rows before it are checked; rows from it on must keep the poison
+    for (int64_t i = stop_at * n; i < P * n; ++i) r.written_past_stop += ybits[size_t(i)] != 0xFFFF;
+    got.resize(size_t(stop_at * n));
+    ref.resize(size_t(stop_at * n));
+  }
   r.rel_err = test::rel_frobenius(got, ref, &r.unwritten);
   return r;
 }
@@ -289,6 +296,27 @@ TEST(GpuDecodeGemm, WarpgroupTilesSmallCase) {
         EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " rows " << int(m) << ", " << counts[0] << " rows first";
       }
     }
+  }
+}
+
+// A caller whose P (permuted_rows) is below expert_offsets[E]: warp-specialized
+// tiles compute the rows before P and read or write nothing from P on.
+TEST(GpuDecodeGemm, WarpSpecializedTilesStopAtPermutedRows) {
+  FP4MOE_REQUIRE_GPU();
+  const plan::SmemBudget budget = device_capacity();
+  int ran = 0;
+  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
+    if (!plan::kDecodeTiles[tile].warp_specialized || !plan::plan_decode_tile(tile, 512, 256, budget).fits) continue;
+    ++ran;
+    for (Rows m : {Rows::gathered, Rows::contiguous}) {
+      const CaseResult r = run_case(Fp4Format::nvfp4, 512, 256, {65, 0, 3, 130}, tile, budget, 31 + tile, m, 100);
+      EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " rows " << int(m);
+      EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " rows " << int(m);
+      EXPECT_EQ(r.written_past_stop, 0) << plan::decode_tile_name(tile) << " rows " << int(m);
+    }
+  }
+  if (budget.cc == 90) {
+    EXPECT_GE(ran, 1) << "no warp-specialized tile fits this sm_90 device";
   }
 }
 
