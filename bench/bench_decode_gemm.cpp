@@ -49,10 +49,7 @@ struct RoutedBatch {
 // warp-specialized tile is two kernels, the row copy and the GEMM: both are timed.
 TimingStats time_gemm(const kernels::DecodeGemmArgs& a, const kernels::DecodeLaunch& L, cudaStream_t stream, int warmup,
                       int reps) {
-  kernels::launch_decode_grouped_gemm(a, L, stream);  // once eagerly: function attributes set outside the capture
-  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const CapturedGraph graph(stream, [&] { kernels::launch_decode_grouped_gemm(a, L, stream); });
-  return time_on_stream([&] { graph.launch(); }, stream, warmup, reps);
+  return time_graph_replay([&] { kernels::launch_decode_grouped_gemm(a, L, stream); }, stream, warmup, reps);
 }
 
 RoutedBatch route_random(const MoeConfig& cfg, int64_t T, uint64_t seed) {

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "runtime/cuda_check.hpp"
+#include "runtime/timing.hpp"
 
 namespace fp4moe {
 
@@ -40,5 +41,16 @@ class CapturedGraph {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
 };
+
+// Times what `enqueue` puts on `stream` replayed from a CUDA graph, as a
+// serving engine runs it: the host's per-launch work stays off the GPU's clock.
+// One eager call first, so one-time setup (function attributes, cached
+// occupancy) happens outside the capture.
+inline TimingStats time_graph_replay(const std::function<void()>& enqueue, cudaStream_t stream, int warmup, int reps) {
+  enqueue();
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const CapturedGraph graph(stream, enqueue);
+  return time_on_stream([&] { graph.launch(); }, stream, warmup, reps);
+}
 
 }  // namespace fp4moe

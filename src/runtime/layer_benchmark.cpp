@@ -75,11 +75,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
     for (float& v : logits) v = nd(rng);
     DeviceBuffer<float> dl(logits);
     auto fwd = [&] { layer.forward(s, x.get(), dl.get(), T, out.get()); };
-    fwd();
-    const TimingStats lt = [&] {
-      const CapturedGraph graph(s, fwd);
-      return time_on_stream([&] { graph.launch(); }, s, 5, o.reps);
-    }();
+    const TimingStats lt = time_graph_replay(fwd, s, 5, o.reps);
     const auto stages = layer.profile(s, x.get(), dl.get(), T, out.get(), o.reps);
     layer.check_status(s);
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "fp4moe/error.hpp"
+#include "runtime/captured_graph.hpp"
 #include "runtime/ceilings.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/moe_layer_impl.hpp"
@@ -83,8 +84,10 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
         if (!p.fits) continue;
         TimingStats ts;
         try {
-          // what the layer would run, the permuted copy of a warp-specialized GEMM1 included
-          ts = time_on_stream([&] { m.launch_gemm({t, p.stages}, *g.w, in, gather, gemm_rows, offs, epi, y, s); }, s, 3, 15);
+          // what the layer would run, the permuted copy of a warp-specialized GEMM1 included,
+          // replayed from a CUDA graph as the layer runs in serving (and in `fp4moe bench`)
+          ts = time_graph_replay([&] { m.launch_gemm({t, p.stages}, *g.w, in, gather, gemm_rows, offs, epi, y, s); }, s, 3,
+                                 15);
         } catch (const Error& e) {
           throw Error("tune: " + std::string(g.name) + " tile " + p.config + " failed although the planner accepted it (" +
                       p.explanation + "): " + e.what() + ". This is a bug; please report it.");
