@@ -46,13 +46,6 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 #endif
 }
 
-// The executing thread's earlier cp.async copies arrive on the barrier when they land
-// (.noinc: the barrier's count includes these arrivals).
-__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
-#ifdef FP4MOE_SM90_ASYNC
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(ptx::smem_addr(bar)) : "memory");
-#endif
-}
 
 // Blocks until the phase with parity `parity` of the barrier has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
