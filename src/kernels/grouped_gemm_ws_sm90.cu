@@ -160,6 +160,17 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
                                               (rg * kSGranPerStage + kk / 2) * pack::kScaleGranuleBytes + (lane / 4) * 16);
     }
   };
+  // Runs step(kk, t, wq, sq) for k16 step t of every 64-k granule kk of a stage,
+  // with this warp's weight and scale pieces of the granule (both consumer kinds).
+  auto for_each_k16_step = [&](const uint8_t* st, auto&& step) {
+#pragma unroll
+    for (int kk = 0; kk < kWGranPerStage; ++kk) {
+      uint4 wq[kMB], sq[kMB];
+      load_weight_granules(st, kk, wq, sq);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) step(kk, t, wq, sq);
+    }
+  };
   float acc[kMB][T.nt / 2] = {};
   // mma.sync consumers with short chains (few token tiles) alternate two
   // accumulator sets so consecutive mma.sync do not wait on each other.
@@ -200,12 +211,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
         } else if constexpr (T.wgmma) {
           const uint32_t xbase = ptx::smem_addr(st + L.act_offset());
           uint32_t a[kFragBuffers][kMB][4];  // a fragment stays live until its wgmma has read it
-  #pragma unroll
-          for (int kk = 0; kk < kWGranPerStage; ++kk) {
-            uint4 wq[kMB], sq[kMB];
-            load_weight_granules(st, kk, wq, sq);
-  #pragma unroll
-            for (int t = 0; t < 4; ++t) {
+          for_each_k16_step(st, [&](int kk, int t, const uint4(&wq)[kMB], const uint4(&sq)[kMB]) {
               const int q = kk * 4 + t, buf = q % kFragBuffers;
               const uint64_t desc = wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32);
   #pragma unroll
@@ -222,18 +228,12 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
               wgmma::commit_group();
               wgmma::wait_group<kFragBuffers - 1>();  // every wgmma but the last kFragBuffers - 1 is done
               if (q == kFragBuffers - 2 && pending >= 0) release(pending), pending = -1;  // the previous stage's are
-            }
-          }
+          });
           pending = slot;
         } else {
           // mma.sync: each warp multiplies its own rows; the slot is free once its reads are in registers.
           const uint8_t* xst = st + L.act_offset();
-  #pragma unroll
-          for (int kk = 0; kk < kWGranPerStage; ++kk) {
-            uint4 wq[kMB], sq[kMB];
-            load_weight_granules(st, kk, wq, sq);
-  #pragma unroll
-            for (int t = 0; t < 4; ++t) {
+          for_each_k16_step(st, [&](int kk, int t, const uint4(&wq)[kMB], const uint4(&sq)[kMB]) {
               uint32_t a[kMB][4];
   #pragma unroll
               for (int b = 0; b < kMB; ++b) dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[b]);
@@ -252,8 +252,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
                   if constexpr (NU > 8) ptx::mma_bf16_16816(c + (jn + 1) * 4, a[b], bf + 2);
                 }
               }
-            }
-          }
+          });
           release(slot);
         }
         if (++slot == stages) slot = 0, phase ^= 1;
