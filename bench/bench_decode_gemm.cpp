@@ -21,6 +21,7 @@
 #include "fp4moe/reference.hpp"
 #include "kernels/decode_grouped_gemm.hpp"
 #include "plan/decode_plan.hpp"
+#include "plan/split_k.hpp"
 #include "runtime/captured_graph.hpp"
 #include "runtime/ceilings.hpp"
 #include "runtime/cublas_peer.hpp"
@@ -97,6 +98,9 @@ int main(int argc, char** argv) {
   int debug_mode = 0;
   app.add_option("--debug-mode", debug_mode, "Diagnostics for every timed launch: 1 loads only, 2 math only (results are garbage)")
       ->check(CLI::IsMember({0, 1, 2}));
+  int k_splits = 0;
+  app.add_option("--k-splits", k_splits, "Split-K parts for warp-specialized tiles: 0 the planner's choice, 1 none")
+      ->check(CLI::Range(0, plan::kMaxKSplits));
   bool permuted_gemm1 = false;
   app.add_flag("--permuted-gemm1", permuted_gemm1,
                "GEMM1 reads its rows already in expert order (as torch._grouped_mm does) instead of gathering them");
@@ -152,6 +156,8 @@ int main(int argc, char** argv) {
       const int64_t xrows = g.gathered ? max_t : max_t * cfg.top_k;
       DeviceBuffer<__nv_bfloat16> x(size_t(xrows * g.k)), y(size_t(max_t * cfg.top_k * g.n));
       DeviceBuffer<__nv_bfloat16> workspace(g.gathered ? size_t(max_t * cfg.top_k * g.k) : 0);
+      DeviceBuffer<uint8_t> split_workspace(size_t(plan::kSplitKWorkspaceBytes));
+      split_workspace.fill_bytes(0);  // the arrival counters start at zero; every launch leaves them so
       fill_random_bf16(x.get(), int64_t(x.size()), 14, 1.f, stream);
       FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
@@ -171,6 +177,8 @@ int main(int argc, char** argv) {
         a.gather_workspace = g.gathered ? workspace.get() : nullptr;  // warp-specialized tiles: GEMM1's rows copied in expert order
         a.expert_offsets = doff.get();
         a.y = y.get();
+        a.split_workspace = split_workspace.get();
+        a.split_workspace_bytes = int64_t(split_workspace.bytes());
 
         const double weight_bytes = double(rb.active) * double(g.n * g.k) * (0.5 + 1.0 / 16);
         const double act_in = double(g.gathered ? T : rb.pairs) * double(g.k) * 2;
@@ -180,6 +188,8 @@ int main(int argc, char** argv) {
         const double floor_ms =
             std::max(bytes / (ceil.copy_tb_per_s * 1e12), flops / (ceil.bf16_tflop_per_s * 1e12)) * 1e3;
 
+        // --k-splits applies to the tiles that can split (warp-specialized)
+        auto tile_splits = [&](int tile) { return plan::kDecodeTiles[tile].warp_specialized ? k_splits : 0; };
         const int def_tile = plan::rank_decode_tiles(g.n, g.k, budget, double(rb.pairs) / E,
                                                      rb.active, dev.sm_count);
         json tiles = json::array();
@@ -192,7 +202,7 @@ int main(int argc, char** argv) {
           if (only_tile >= 0 && tile != only_tile) continue;
           const plan::SmemPlan pl = plan::plan_decode_tile(tile, g.n, g.k, budget);
           if (!pl.fits) continue;
-          kernels::DecodeLaunch L{tile, pl.stages, 0, debug_mode};
+          kernels::DecodeLaunch L{tile, pl.stages, 0, debug_mode, tile_splits(tile)};
           const TimingStats t = time_gemm(a, L, stream, 5, reps);
           tiles.push_back({{"tile", plan::decode_tile_name(tile)}, {"stages", pl.stages}, {"median_ms", t.median_ms},
                            {"min_ms", t.min_ms}, {"max_ms", t.max_ms}});
@@ -203,14 +213,14 @@ int main(int argc, char** argv) {
         }
         const TimingStats best = [&] {
           const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, budget);
-          kernels::DecodeLaunch L{best_tile, pl.stages, 0, debug_mode};
+          kernels::DecodeLaunch L{best_tile, pl.stages, 0, debug_mode, tile_splits(best_tile)};
           return time_gemm(a, L, stream, 3, reps);
         }();
 
         // The same launch eagerly: the host's per-launch work (plan check, tensor maps) included.
         const TimingStats eager = [&] {
           const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, budget);
-          kernels::DecodeLaunch L{best_tile, pl.stages, 0, debug_mode};
+          kernels::DecodeLaunch L{best_tile, pl.stages, 0, debug_mode, tile_splits(best_tile)};
           return time_on_stream([&] { kernels::launch_decode_grouped_gemm(a, L, stream); }, stream, 3, reps);
         }();
 
@@ -220,7 +230,7 @@ int main(int argc, char** argv) {
         if (!skip_peers) {
           const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, budget);
           for (int mode : {1, 2}) {
-            kernels::DecodeLaunch L{best_tile, pl.stages, 0, mode};
+            kernels::DecodeLaunch L{best_tile, pl.stages, 0, mode, tile_splits(best_tile)};
             const TimingStats t = time_gemm(a, L, stream, 3, 20);
             diag[mode == 1 ? "loads_only_ms" : "compute_only_ms"] = t.median_ms;
           }

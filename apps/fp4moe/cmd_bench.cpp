@@ -41,6 +41,7 @@ struct BenchOptions {
   std::string cache;
   int reps = 30;
   bool deterministic = false;
+  std::string finalize = "auto";
   bool no_peers = false;
   std::string render;  // re-render the outputs of an earlier run's bench.json
 };
@@ -141,6 +142,8 @@ void run_bench(const BenchOptions& o) {
   bo.tokens = o.tokens;
   bo.reps = o.reps;
   bo.layer.deterministic = o.deterministic;
+  bo.layer.finalize = o.finalize == "fused" ? FinalizeMode::fused : o.finalize == "split" ? FinalizeMode::split
+                                                                                          : FinalizeMode::automatic;
   bo.layer.tune_cache = o.cache;
   Progress bar("bench");
   json report = run_layer_benchmark(cfg, w, bo, [&](int d, int n, const std::string& what) { bar.update(d, n, what); });
@@ -175,6 +178,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--peers-script", o.peers_script, "bench/peers.py (default: found next to the sources)");
   cmd->add_option("--cache", o.cache, "Tune cache file");
   cmd->add_flag("--deterministic", o.deterministic, "Split finalize");
+  cmd->add_option("--finalize", o.finalize, "auto, fused (GEMM2 adds into fp32 by atomics) or split")
+      ->check(CLI::IsMember({"auto", "fused", "split"}))
+      ->capture_default_str();
   cmd->add_flag("--no-peers", o.no_peers, "Skip the PyTorch peer");
   cmd->add_option("--render", o.render, "Only re-render CSV, Markdown and SVG from an earlier bench.json");
   cmd->callback([] { run_bench(o); });

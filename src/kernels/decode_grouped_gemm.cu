@@ -31,6 +31,7 @@
 #include "plan/arch.hpp"
 #include "plan/decode_layout.hpp"
 #include "plan/decode_plan.hpp"
+#include "plan/split_k.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/device_limits.hpp"
 
@@ -307,6 +308,36 @@ DeviceState& current_device() {
   return s;
 }
 
+// Split-K parameters of a warp-specialized launch of `grid` CTAs (plan/split_k.hpp).
+void set_k_splits(KernelParams& kp, const DecodeGemmArgs& a, const DecodeLaunch& launch, int grid) {
+  const plan::DecodeTile& tile = plan::kDecodeTiles[launch.tile];
+  const int64_t kt = a.k / tile.bk;
+  FP4MOE_CHECK(launch.k_splits >= 0 && launch.k_splits <= plan::kMaxKSplits,
+               "decode GEMM: k_splits = " << launch.k_splits << " is outside 0.." << plan::kMaxKSplits);
+  FP4MOE_CHECK(launch.k_splits <= kt, "decode GEMM: k_splits = " << launch.k_splits << " is more than the " << kt
+                                                                 << " K stages of tile " << plan::decode_tile_name(launch.tile));
+  if (launch.k_splits > 1)
+    FP4MOE_CHECK(a.split_workspace && plan::SplitKWorkspace::slots(tile, a.split_workspace_bytes) >= launch.k_splits,
+                 "decode GEMM: k_splits = " << launch.k_splits << " needs split_workspace ("
+                                            << a.split_workspace_bytes << " bytes given, at least "
+                                            << plan::SplitKWorkspace::kCounterBytes +
+                                                   launch.k_splits * plan::SplitKWorkspace::slot_bytes(tile)
+                                            << ")");
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(a.split_workspace) % 16 == 0, "decode GEMM: split_workspace is not 16-byte aligned");
+  int splits = launch.k_splits;
+  if (splits == 0)
+    splits = a.split_workspace ? plan::plan_k_splits(launch.tile, a.n, a.k,
+                                                     plan::expected_token_chunks(a.permuted_rows, a.num_experts, tile.nt),
+                                                     grid, a.split_workspace_bytes)
+                                     .splits
+                               : 1;
+  if (splits <= 1) return;
+  kp.k_splits = splits;
+  kp.split_slots = plan::SplitKWorkspace::slots(tile, a.split_workspace_bytes);
+  kp.split_counters = static_cast<int32_t*>(a.split_workspace);
+  kp.split_partials = reinterpret_cast<float*>(static_cast<uint8_t*>(a.split_workspace) + plan::SplitKWorkspace::kCounterBytes);
+}
+
 }  // namespace
 
 int64_t decode_launch_smem_bytes(const DecodeLaunch& launch) {
@@ -358,7 +389,10 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
                   a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
                   a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
                   (prepared_scale_exponent_add(a.format) << 7) | (prepared_scale_exponent_add(a.format) << 23),
-                  launch.debug_mode, a.permuted_rows};
+                  launch.debug_mode, a.permuted_rows, 1, 0, nullptr, nullptr};
+  FP4MOE_CHECK(tile.warp_specialized || launch.k_splits <= 1,
+               "decode GEMM: tile " << plan::decode_tile_name(launch.tile) << " does not split K (k_splits = "
+                                    << launch.k_splits << "); warp-specialized tiles do");
   // Warp-specialized tiles load every operand through a tensor map (TMA).
   TensorMaps maps{};
   if (tile.warp_specialized) {
@@ -378,6 +412,7 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
     maps.weights = weight_tensor_map(a.weights, a.num_experts, a.n, a.k, tile);
     maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile);
     maps.x = activation_tensor_map(kp.x, a.permuted_rows, a.k, tile.nt);
+    set_k_splits(kp, a, launch, grid);
     if (a.gather) launch_gather_rows({a.x, a.gather, a.permuted_rows, a.k, a.gather_workspace}, stream);
   }
   fn<<<grid, tile.threads(), static_cast<size_t>(smem), stream>>>(kp, maps);

@@ -46,12 +46,19 @@ struct DecodeGemmArgs {
   const int32_t* permuted_pair = nullptr;
   const float* topk_weights = nullptr;
   int top_k = 0;
+  // Split-K workspace (warp-specialized tiles; plan/split_k.hpp): its first
+  // SplitKWorkspace::kCounterBytes must be zero before the first launch (every
+  // launch leaves them zero); launches using it must not overlap in time.
+  // Null: items are never split.
+  void* split_workspace = nullptr;
+  int64_t split_workspace_bytes = 0;
 };
 
 struct DecodeLaunch {
   int tile = 0;     // index into plan::kDecodeTiles
   int stages = 0;   // from the planner
   int grid = 0;     // persistent CTAs; 0 = fill the device
+  int k_splits = 0; // split-K: 0 = the planner's choice (plan_k_splits), 1 = none, n = n parts (needs the workspace)
   int debug_mode = 0;  // benchmark diagnostics only: 1 = loads only, 2 = compute only (wrong results)
 };
 

@@ -36,6 +36,12 @@ struct KernelParams {
   uint32_t scale_add2;  // (exponent_add << 7) in both bf16 halves
   int debug_mode;       // 0 normal; benchmark diagnostics: 1 loads only, 2 compute only
   int64_t permuted_rows;  // P (warp-specialized tiles: no row at or past it is read or written); 0 on all-warps tiles
+  // Split-K (warp-specialized tiles, plan/split_k.hpp): each item's K loop in
+  // k_splits parts when the launch's items times k_splits fit split_slots.
+  int k_splits;
+  int64_t split_slots;
+  float* split_partials;
+  int32_t* split_counters;
 };
 
 // The tensor maps a warp-specialized tile's producer copies through (TMA):

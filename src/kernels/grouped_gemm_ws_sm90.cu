@@ -35,8 +35,10 @@
 #include "kernels/grouped_gemm_common.cuh"
 #include "kernels/grouped_gemm_ws.hpp"
 #include "kernels/mma_sm80.cuh"
+#include "kernels/split_k_reduce.cuh"
 #include "kernels/wgmma_sm90.cuh"
 #include "plan/decode_layout.hpp"
+#include "plan/split_k.hpp"
 #include "plan/tma_geometry.hpp"
 #include "runtime/cuda_check.hpp"
 
@@ -75,6 +77,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
           ? 232
           : (T.threads() * kRegCap - kProducerThreads * kProducerRegs) / (T.threads() - kProducerThreads) / 8 * 8;
   constexpr int kFirstConsumerBarrier = 1;  // named barriers: + consumer warpgroup index
+  constexpr int kAllConsumersBarrier = kFirstConsumerBarrier + 4;
 
   extern __shared__ __align__(1024) uint8_t smem[];
   const int stages = p.stages;
@@ -82,6 +85,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   uint64_t* empty = full + stages;
   int32_t* prefix = reinterpret_cast<int32_t*>(smem + L.prefix_offset(stages));
   float* epi = reinterpret_cast<float*>(smem + L.epilogue_offset(stages));
+  volatile int32_t* split_last = reinterpret_cast<volatile int32_t*>(smem + L.split_flag_offset(stages));
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int E = p.num_experts;
@@ -97,10 +101,20 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // The schedule is recomputed from the parameters and shared memory where it is
   // used: values kept live across setmaxnreg spill (ptxas).
   auto n_tiles = [&] { return static_cast<int>(p.n / T.bm); };
-  auto total_items = [&] { return prefix[E] * n_tiles(); };
+  // Split-K: item i is part i % splits of (chunk, N tile) item i / splits; the
+  // parts of one item are neighbours, so they run at the same time. Every CTA
+  // counts the same: no split where the real items would overflow the workspace.
+  auto splits = [&] {
+    const int64_t base = int64_t(prefix[E]) * n_tiles();
+    return p.k_splits > 1 && base <= plan::SplitKWorkspace::kCounters && base * p.k_splits <= p.split_slots ? p.k_splits
+                                                                                                             : 1;
+  };
+  auto total_items = [&] { return prefix[E] * n_tiles() * splits(); };
   if (int(blockIdx.x) >= total_items()) return;
-  auto item = [&](int i) {
-    WorkItem w = work_item<T.nt, true>(i, prefix, p.expert_offsets, E, prefix[E], n_tiles());
+  // K stages [kt_begin(s), kt_begin(s + 1)) of part s
+  auto kt_begin = [&](int split, int parts) { return static_cast<int>(p.k / T.bk) * split / parts; };
+  auto item = [&](int i, int parts) {
+    WorkItem w = work_item<T.nt, true>(i / parts, prefix, p.expert_offsets, E, prefix[E], n_tiles());
     // rows at or past P (expert_offsets[E] above the caller's P) are neither loaded nor written
     w.rows = static_cast<int>(min(int64_t(w.rows), p.permuted_rows - w.row0));
     return w;
@@ -111,16 +125,17 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     if constexpr (kReallocate) async::setmaxnreg_dec<kProducerRegs>();
     if (warp != 0) return;  // one thread issues every tensor copy
     const int rowgroups_per_expert = static_cast<int>(p.n / 16);
-    const int KT = static_cast<int>(p.k / T.bk), items = total_items();
+    const int parts = splits(), items = total_items();
     int slot = 0;
     uint32_t phase = 0;
     for (int it = blockIdx.x; it < items; it += gridDim.x) {
-      const WorkItem w = item(it);
+      const WorkItem w = item(it, parts);
       if (w.rows <= 0) continue;  // the consumers skip it too
       // (an activation box counts all nt rows; those past the end of x are zero-filled)
       const uint32_t tx = p.debug_mode == 2 ? 0u : kStageTx + kActStageBytes;
       const int rowgroup0 = w.expert * rowgroups_per_expert + w.ntile * kRowGroups;  // the tile's first 16-row group
-      for (int kt = 0; kt < KT; ++kt) {
+      const int kt_end = kt_begin(it % parts + 1, parts);
+      for (int kt = kt_begin(it % parts, parts); kt < kt_end; ++kt) {
         async::mbarrier_wait(&empty[slot], phase ^ 1);
         uint8_t* st = smem + slot * L.smem_bytes_per_stage();
         if (lane == 0) {
@@ -190,12 +205,13 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // ldmatrix rows of this lane: token r = (lane % 8) + 8 * (lane / 16) (+ 8 jn), k half (lane / 8) % 2;
   // in the swizzled layout chunk c of token r sits at c ^ (r % 8), and r % 8 = lane % 8.
   const int ld_row = (lane % 8) + (T.nt >= 16 ? (lane / 16) * 8 : 0), ld_khalf = (lane / 8) % 2;
-  const int KT = static_cast<int>(p.k / T.bk), items = total_items();
+  const int parts = splits(), items = total_items();
   int slot = 0, pending = -1;  // pending: the previous stage's slot, released once its wgmma are done
   uint32_t phase = 0;
   for (int it = blockIdx.x; it < items; it += gridDim.x) {
-    const WorkItem w = item(it);
+    const WorkItem w = item(it, parts);
     if (w.rows <= 0) continue;  // past P: the producer loaded nothing for it
+    const int kt0 = kt_begin(it % parts, parts), kt1 = kt_begin(it % parts + 1, parts);
     // The item's K loop multiplies NU token columns: the smallest of nt/4, nt/2,
     // 3nt/4 and nt that covers its rows (ragged counts leave many short chunks;
     // the columns past the rows are never stored). The choice is made once per
@@ -203,7 +219,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     // ptxas serialize them (C7520).
     auto k_loop = [&]<int NU>() {
       constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];  // a constant inside the lambda too
-      for (int kt = 0; kt < KT; ++kt) {
+      for (int kt = kt0; kt < kt1; ++kt) {
         async::mbarrier_wait(&full[slot], phase);
         const uint8_t* st = smem + slot * L.smem_bytes_per_stage();
         if (p.debug_mode == 1) {
@@ -214,17 +230,17 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
           for_each_k16_step(st, [&](int kk, int t, const uint4(&wq)[kMB], const uint4(&sq)[kMB]) {
               const int q = kk * 4 + t, buf = q % kFragBuffers;
               const uint64_t desc = wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32);
-  #pragma unroll
+#pragma unroll
               for (int b = 0; b < kMB; ++b) {
                 dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[buf][b]);
-  #pragma unroll
+#pragma unroll
                 for (int r = 0; r < 4; ++r) wgmma::fence_operand(a[buf][b][r]);
               }
               wgmma::fence();
               // the item's first step overwrites the accumulators (no zeroing instructions in the pipeline)
-  #pragma unroll
+#pragma unroll
               for (int b = 0; b < kMB; ++b)
-                wgmma::mma_rs<NU>(reinterpret_cast<float(&)[NU / 2]>(acc[b]), a[buf][b], desc, kt > 0 || q > 0);
+                wgmma::mma_rs<NU>(reinterpret_cast<float(&)[NU / 2]>(acc[b]), a[buf][b], desc, kt > kt0 || q > 0);
               wgmma::commit_group();
               wgmma::wait_group<kFragBuffers - 1>();  // every wgmma but the last kFragBuffers - 1 is done
               if (q == kFragBuffers - 2 && pending >= 0) release(pending), pending = -1;  // the previous stage's are
@@ -235,15 +251,15 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
           const uint8_t* xst = st + L.act_offset();
           for_each_k16_step(st, [&](int kk, int t, const uint4(&wq)[kMB], const uint4(&sq)[kMB]) {
               uint32_t a[kMB][4];
-  #pragma unroll
+#pragma unroll
               for (int b = 0; b < kMB; ++b) dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[b]);
               const uint8_t* xatom = xst + kk * (T.nt * 128) + ((((t * 2 + ld_khalf) ^ (lane % 8))) * 16);
-  #pragma unroll
+#pragma unroll
               for (int jn = 0; jn < NU / 8; jn += 2) {
                 uint32_t bf[4];
                 if constexpr (NU == 8) ptx::ldmatrix_x2(bf, xatom + ld_row * 128);
                 else ptx::ldmatrix_x4(bf, xatom + (jn * 8 + ld_row) * 128);
-  #pragma unroll
+#pragma unroll
                 for (int b = 0; b < kMB; ++b) {
                   float* c = acc[b];
                   if constexpr (kAccSets == 2)
@@ -279,29 +295,34 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 #pragma unroll
         for (int i = 0; i < T.nt / 2; ++i) acc[b][i] += acc_odd[b][i], acc_odd[b][i] = 0.f;
     }
-
-    // ---- epilogue of this warpgroup's m64 blocks, kEpiTokens tokens per pass (the producer streams on meanwhile) ----
-    const int f = wg_warp * 16 + lane / 4;
+    // A split item: the CTA whose part arrives last sums the parts and writes the tile.
+    const bool write_tile = parts == 1 || sum_split_partials(reinterpret_cast<float(&)[kMB * T.nt / 2]>(acc), p, it / parts,
+                                                             it % parts, parts, tid - kProducerThreads,
+                                                             kConsumerWarps * 32, kAllConsumersBarrier, split_last);
+    if (write_tile) {
+      // ---- epilogue of this warpgroup's m64 blocks, kEpiTokens tokens per pass (the producer streams on meanwhile) ----
+      const int f = wg_warp * 16 + lane / 4;
 #pragma unroll
-    for (int b = 0; b < kMB; ++b) {
-      const int group = cg * kMB + b;  // 64-row staging group of the tile
-      float* group_epi = epi + group * (L.epilogue_group_bytes() / 4);
-      const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + group * 64 + f);
+      for (int b = 0; b < kMB; ++b) {
+        const int group = cg * kMB + b;  // 64-row staging group of the tile
+        float* group_epi = epi + group * (L.epilogue_group_bytes() / 4);
+        const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + group * 64 + f);
 #pragma unroll
-      for (int pass = 0; pass < T.nt / kEpiTokens; ++pass) {
-        WorkItem part = w;  // this pass's tokens
-        part.row0 = w.row0 + pass * kEpiTokens;
-        part.rows = min(kEpiTokens, w.rows - pass * kEpiTokens);
-        if (part.rows <= 0) break;                              // uniform across the warpgroup
-        async::named_barrier(kFirstConsumerBarrier + cg, 128);  // the previous pass has read the staging tile
+        for (int pass = 0; pass < T.nt / kEpiTokens; ++pass) {
+          WorkItem part = w;  // this pass's tokens
+          part.row0 = w.row0 + pass * kEpiTokens;
+          part.rows = min(kEpiTokens, w.rows - pass * kEpiTokens);
+          if (part.rows <= 0) break;                              // uniform across the warpgroup
+          async::named_barrier(kFirstConsumerBarrier + cg, 128);  // the previous pass has read the staging tile
 #pragma unroll
-        for (int jn = 0; jn < kEpiTokens / 8; ++jn) {
-          const int jj = pass * (kEpiTokens / 8) + jn;
-          const float v[4] = {acc[b][jj * 4], acc[b][jj * 4 + 1], acc[b][jj * 4 + 2], acc[b][jj * 4 + 3]};
-          stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
+          for (int jn = 0; jn < kEpiTokens / 8; ++jn) {
+            const int jj = pass * (kEpiTokens / 8) + jn;
+            const float v[4] = {acc[b][jj * 4], acc[b][jj * 4 + 1], acc[b][jj * 4 + 2], acc[b][jj * 4 + 3]};
+            stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
+          }
+          async::named_barrier(kFirstConsumerBarrier + cg, 128);
+          write_staged_tile<64, 128>(p, part, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + group * 64, gtid);
         }
-        async::named_barrier(kFirstConsumerBarrier + cg, 128);
-        write_staged_tile<64, 128>(p, part, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + group * 64, gtid);
       }
     }
     if constexpr (!T.wgmma) {  // wgmma overwrites them at the next item's first step

@@ -59,8 +59,11 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
       {"scheduler prefix", L.scheduler_prefix_bytes(), "(1024 experts + 1) x 4, token chunks per expert"},
       {"row indices", L.row_index_bytes(),
        std::to_string(L.row_index_bytes() / 4 / t.nt) + " item(s) x " + std::to_string(t.nt) + " gathered activation rows x 4"},
+      {"split-K arrival flag", L.split_flag_bytes(),
+       t.warp_specialized ? "which CTA of a split item sums the partials (16 bytes)" : "no split-K on all-warps tiles"},
       {"fixed-region alignment padding",
-       L.scheduler_bytes() - L.scheduler_prefix_bytes() - L.row_index_bytes() - L.barrier_bytes(), "to 128 bytes"},
+       L.scheduler_bytes() - L.scheduler_prefix_bytes() - L.row_index_bytes() - L.barrier_bytes() - L.split_flag_bytes(),
+       "to 128 bytes"},
       {"runtime reservation", 1024, "per block, outside the opt-in capacity (sm_80+)"},
   };
 

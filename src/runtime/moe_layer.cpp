@@ -12,6 +12,7 @@
 #include "kernels/decode_grouped_gemm.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "plan/decode_plan.hpp"
+#include "plan/split_k.hpp"
 #include "runtime/cublas_check.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
@@ -101,9 +102,7 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
     FP4MOE_CUBLAS_CHECK(cublasCreate(&m.blas));
     FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(m.blas, m.blas_workspace.get(), m.blas_workspace.bytes()));
   }
-  m.finalize = opts.deterministic ? FinalizeMode::split
-               : opts.finalize == FinalizeMode::automatic ? FinalizeMode::fused
-                                                          : opts.finalize;
+  m.finalize = opts.deterministic || opts.finalize == FinalizeMode::automatic ? FinalizeMode::split : opts.finalize;
 
   const int64_t T = opts.max_tokens, P = m.max_pairs(), H = cfg.hidden;
   m.topk_ids.resize(size_t(P));
@@ -119,7 +118,11 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
   if (m.finalize == FinalizeMode::split) m.y2.resize(size_t(P * H));
   else m.accumulate.resize(size_t(T * H));
   // Warp-specialized tiles (sm_90) load rows in expert order: GEMM1 reads a permuted copy of x.
-  if (m.budget.cc == 90) m.x_permuted.resize(size_t(P * H));
+  if (m.budget.cc == 90) {
+    m.x_permuted.resize(size_t(P * H));
+    m.split_k.resize(size_t(plan::kSplitKWorkspaceBytes));
+    m.split_k.fill_bytes(0);
+  }
   if (cfg.shared_expert) {
     m.shared_a2.resize(size_t(T * cfg.shared_intermediate));
     m.shared_y.resize(size_t(T * H));
@@ -273,7 +276,7 @@ int64_t MoeLayer::weight_bytes() const {
 int64_t MoeLayer::workspace_bytes() const {
   const Impl& m = *impl_;
   return int64_t(m.topk_ids.bytes() + m.topk_weights.bytes() + m.offsets.bytes() + m.permuted_pair.bytes() +
-                 m.permuted_token.bytes() + m.x_permuted.bytes() + m.pair_pos.bytes() + m.dense_offsets.bytes() + m.status.bytes() +
+                 m.permuted_token.bytes() + m.x_permuted.bytes() + m.split_k.bytes() + m.pair_pos.bytes() + m.dense_offsets.bytes() + m.status.bytes() +
                  m.accumulate.bytes() + m.a2.bytes() + m.y2.bytes() + m.shared_a2.bytes() + m.shared_y.bytes());
 }
 

@@ -58,6 +58,8 @@ struct MoeLayer::Impl {
   DeviceBuffer<__nv_bfloat16> a2, y2, shared_a2, shared_y;
   // GEMM1's gathered rows in expert order, for warp-specialized tiles (sm_90 prefill), or empty
   DeviceBuffer<__nv_bfloat16> x_permuted;
+  // split-K partial sums and arrival counters (warp-specialized tiles, sm_90), zeroed once
+  DeviceBuffer<uint8_t> split_k;
   // optional router: logits = hidden . router_weight^T on the device
   DeviceBuffer<__nv_bfloat16> router_weight;
   DeviceBuffer<float> logits;
@@ -163,6 +165,8 @@ struct MoeLayer::Impl {
     kernels::DecodeGemmArgs a = gemm_args(w, x, gather, offs, epi, y);
     a.permuted_rows = rows;
     if (gather && int64_t(x_permuted.size()) >= rows * w.k) a.gather_workspace = x_permuted.get();
+    a.split_workspace = split_k.size() ? split_k.get() : nullptr;
+    a.split_workspace_bytes = int64_t(split_k.bytes());
     kernels::launch_decode_grouped_gemm(a, {c.tile, c.stages, 0, 0}, stream);
   }
 

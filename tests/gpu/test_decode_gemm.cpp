@@ -10,6 +10,7 @@
 #include "gpu_test_util.hpp"
 #include "kernels/decode_grouped_gemm.hpp"
 #include "plan/decode_plan.hpp"
+#include "plan/split_k.hpp"
 #include "reference/detail.hpp"
 #include "runtime/device_buffer.hpp"
 
@@ -20,6 +21,9 @@ struct CaseResult {
   double rel_err = 0;
   int64_t unwritten = 0;
   int64_t written_past_stop = 0;  // with stop_at: output elements of rows at or past it that were written
+  // with a split-K workspace: the output of a second launch differs somewhere, and arrival counters left nonzero
+  bool repeat_differs = false;
+  int64_t counters_left = 0;
 };
 
 // How the kernel finds each permuted row's activations.
@@ -32,7 +36,7 @@ enum class Rows {
 // (or, contiguous, reads row p of X [P, K]).
 CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<int>& counts, int tile,
                     const plan::SmemBudget& capacity, uint64_t seed, Rows rows_mode = Rows::gathered,
-                    int64_t stop_at = -1) {
+                    int64_t stop_at = -1, int k_splits = -1) {
   const int64_t E = static_cast<int64_t>(counts.size());
   const int64_t P = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const bool contiguous = rows_mode != Rows::gathered;
@@ -77,9 +81,26 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   kernels::DecodeLaunch launch;
   launch.tile = tile;
   launch.stages = plan::plan_decode_tile(tile, n, k, capacity).stages;
+  // k_splits >= 0: with a split-K workspace (0: the planner's split, n: n parts)
+  DeviceBuffer<int32_t> split_workspace(k_splits >= 0 ? size_t(plan::kSplitKWorkspaceBytes / 4) : 0);
+  if (k_splits >= 0) {
+    split_workspace.fill_bytes(0);
+    args.split_workspace = split_workspace.get();
+    args.split_workspace_bytes = int64_t(split_workspace.bytes());
+    launch.k_splits = k_splits;
+  }
   kernels::launch_decode_grouped_gemm(args, launch, nullptr);
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<uint16_t> ybits = dy.download();
+  CaseResult r;
+  if (k_splits >= 0) {  // again on poisoned outputs: the parts are summed in split order, whoever arrives last
+    dy.fill_bytes(0xFF);
+    kernels::launch_decode_grouped_gemm(args, launch, nullptr);
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    r.repeat_differs = dy.download() != ybits;
+    const std::vector<int32_t> ws = split_workspace.download();
+    for (int64_t i = 0; i < plan::SplitKWorkspace::kCounters; ++i) r.counters_left += ws[size_t(i)] != 0;
+  }
 
   // Reference, expert by expert over the gathered rows.
   std::vector<float> ref(size_t(P * n)), got(size_t(P * n));
@@ -87,12 +108,11 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
     const int64_t rows = counts[size_t(e)];
     if (!rows) return;
     std::vector<float> xr(size_t(rows * k));
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy_n(x.values.begin() + int64_t(gather[size_t(offsets[size_t(e)] + r)]) * k, k, xr.begin() + r * k);
+    for (int64_t row = 0; row < rows; ++row)
+      std::copy_n(x.values.begin() + int64_t(gather[size_t(offsets[size_t(e)] + row)]) * k, k, xr.begin() + row * k);
     expert_gemm_reference(experts[size_t(e)], xr.data(), rows, ref.data() + int64_t(offsets[size_t(e)]) * n);
   });
   for (int64_t i = 0; i < P * n; ++i) got[size_t(i)] = bf16_to_float(ybits[size_t(i)]);
-  CaseResult r;
   if (stop_at >= 0) {  // rows before it are checked; rows from it on must keep the poison
     for (int64_t i = stop_at * n; i < P * n; ++i) r.written_past_stop += ybits[size_t(i)] != 0xFFFF;
     got.resize(size_t(stop_at * n));
@@ -317,6 +337,54 @@ TEST(GpuDecodeGemm, WarpSpecializedTilesStopAtPermutedRows) {
   }
   if (budget.cc == 90) {
     EXPECT_GE(ran, 1) << "no warp-specialized tile fits this sm_90 device";
+  }
+}
+
+// Split-K: every warp-specialized tile with its items split 2, 3 and 8 ways
+// and as the planner splits them (one row per expert: few items, so it does),
+// against the reference; a second launch is bitwise the same (the parts are
+// summed in split order) and leaves every arrival counter at zero.
+TEST(GpuDecodeGemm, SplitKPartsSumInSplitOrder) {
+  FP4MOE_REQUIRE_GPU();
+  const plan::SmemBudget budget = device_capacity();
+  int ran = 0;
+  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
+    if (!plan::kDecodeTiles[tile].warp_specialized || !plan::plan_decode_tile(tile, 512, 2048, budget).fits) continue;
+    ++ran;
+    for (int splits : {0, 2, 3, 8}) {
+      for (const std::vector<int>& counts : {std::vector<int>{65, 0, 3, 130}, std::vector<int>{1, 1, 0, 1, 1, 1, 1, 1, 1}}) {
+        const Rows m = splits == 3 ? Rows::contiguous : Rows::gathered;
+        const std::string what = plan::decode_tile_name(tile) + " k_splits " + std::to_string(splits) + ", " +
+                                 std::to_string(counts.size()) + " experts";
+        const CaseResult r = run_case(Fp4Format::nvfp4, 512, 2048, counts, tile, budget, 61 + tile, m, -1, splits);
+        EXPECT_EQ(r.unwritten, 0) << what;
+        EXPECT_LT(r.rel_err, 1e-2) << what;
+        EXPECT_FALSE(r.repeat_differs) << what;
+        EXPECT_EQ(r.counters_left, 0) << what;
+      }
+    }
+  }
+  if (budget.cc == 90) {
+    EXPECT_GE(ran, 1) << "no warp-specialized tile fits this sm_90 device";
+  }
+}
+
+// Split-K is for warp-specialized tiles, within the K stages and the workspace: anything else is named.
+TEST(GpuDecodeGemm, SplitKRejectsWhatItCannotRun) {
+  FP4MOE_REQUIRE_GPU();
+  const plan::SmemBudget budget = device_capacity();
+  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
+    if (!plan::plan_decode_tile(tile, 512, 2048, budget).fits) continue;
+    if (!plan::kDecodeTiles[tile].warp_specialized) {
+      EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 2048, {3, 1}, tile, budget, 3, Rows::gathered, -1, 2), Error)
+          << plan::decode_tile_name(tile);
+      continue;
+    }
+    const int stages = int(2048 / plan::kDecodeTiles[tile].bk);
+    if (stages < plan::kMaxKSplits) {
+      EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 2048, {3, 1}, tile, budget, 3, Rows::gathered, -1, stages + 1), Error)
+          << plan::decode_tile_name(tile);
+    }
   }
 }
 

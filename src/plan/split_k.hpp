@@ -1,0 +1,52 @@
+// Split-K for the warp-specialized decode tiles.
+//
+// A launch with fewer work items than resident CTAs, or a few more (the shared
+// expert at one token: 32 items of bm128 for 264 CTAs; 8 routed experts at one
+// token: 192 to 384 items), leaves SMs idle or running a second round while
+// others finish. Splitting every item's K loop `splits` ways evens the work.
+// Each split writes its fp32 accumulators to its own slot of a workspace; the
+// split that arrives last (one atomic counter per item) adds the slots in split
+// order, so the sum is bitwise the same whatever the arrival order, runs the
+// epilogue and sets the counter back to zero for the next launch.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "plan/decode_layout.hpp"
+
+namespace fp4moe::plan {
+
+// The workspace: kCounters int32 arrival counters, zero between launches (the
+// owner zeroes them once), then fp32 slots of bm x nt accumulators, one per
+// (work item, split). Host and device compile this.
+struct SplitKWorkspace {
+  static constexpr int64_t kCounters = 4096;  // work items a split launch may have
+  static constexpr int64_t kCounterBytes = kCounters * 4;
+  static constexpr int64_t slot_bytes(const DecodeTile& t) { return int64_t(t.bm) * t.nt * 4; }
+  static constexpr int64_t slots(const DecodeTile& t, int64_t bytes) {
+    return bytes <= kCounterBytes ? 0 : (bytes - kCounterBytes) / slot_bytes(t);
+  }
+};
+inline constexpr int kMaxKSplits = 8;
+// What the layer and the benchmark allocate: 1023 slots of a bm256 x nt16 tile, 4092 of bm128 x nt8.
+inline constexpr int64_t kSplitKWorkspaceBytes = int64_t(16) << 20;
+
+// Token chunks of `nt` rows a launch is expected to have (host estimate; the
+// kernel counts the real ones): min(E, P) active experts sharing the P rows.
+int64_t expected_token_chunks(int64_t permuted_rows, int64_t num_experts, int nt);
+
+struct SplitKPlan {
+  int splits = 1;
+  double balance = 1;  // work units over (rounds x resident CTAs): 1 = every CTA equally busy
+  std::string explanation;
+};
+
+// The planner's split for tile `tile_index` on an [N, K] weight with
+// `expected_chunks` token chunks and `resident_ctas` CTAs resident at once:
+// 1 where the items already balance (90%+) or fill two rounds, else the split
+// (at most kMaxKSplits and K/bk, within the workspace) with the best balance,
+// each extra split weighed at 2% (its slot traffic and the last CTA's sum).
+SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_chunks, int resident_ctas,
+                         int64_t workspace_bytes);
+
+}  // namespace fp4moe::plan

@@ -1,0 +1,76 @@
+// The split-K planner (plan/split_k.hpp): where it splits, by how much, and where it must not.
+#include <gtest/gtest.h>
+
+#include "plan/decode_plan.hpp"
+#include "plan/split_k.hpp"
+
+namespace fp4moe::plan {
+namespace {
+
+int tile_named(const std::string& name) {
+  for (int t = 0; t < kNumDecodeTiles; ++t)
+    if (decode_tile_name(t) == name) return t;
+  ADD_FAILURE() << "no tile " << name;
+  return 0;
+}
+
+TEST(SplitKPlan, ExpectedChunksFollowTheRowsPerExpert) {
+  EXPECT_EQ(expected_token_chunks(8, 256, 8), 8);       // one token, top-8: 8 experts, one chunk each
+  EXPECT_EQ(expected_token_chunks(1, 1, 8), 1);         // the shared expert at one token
+  EXPECT_EQ(expected_token_chunks(1024, 256, 8), 256);  // 4 rows per expert
+  EXPECT_EQ(expected_token_chunks(8192, 256, 8), 1024); // 32 rows per expert: 4 chunks of 8
+  EXPECT_EQ(expected_token_chunks(0, 256, 8), 0);
+}
+
+TEST(SplitKPlan, SplitsWhereFewItemsLeaveSmsIdle) {
+  const int sync256 = tile_named("bm256_nt8_bk256_mt1_c1_ws_sync"), sync128 = tile_named("bm128_nt8_bk256_mt1_c2_ws_sync");
+  // GLM-5 GEMM2 at one token: 8 experts x 24 N tiles = 192 items on 132 CTAs (balance 0.73) -> 2 parts: 384 on 3 rounds
+  SplitKPlan p = plan_k_splits(sync256, 6144, 2048, 8, 132, kSplitKWorkspaceBytes);
+  EXPECT_EQ(p.splits, 2) << p.explanation;
+  EXPECT_NEAR(p.balance, 384.0 / 396.0, 1e-9);
+  // the shared expert's GEMM1 at one token: 32 items of bm128 on 264 CTAs -> 8 parts (256 units)
+  p = plan_k_splits(sync128, 4096, 6144, 1, 264, kSplitKWorkspaceBytes);
+  EXPECT_EQ(p.splits, 8) << p.explanation;
+  // K = 512 has two bk256 stages: at most two parts
+  p = plan_k_splits(sync128, 4096, 512, 1, 264, kSplitKWorkspaceBytes);
+  EXPECT_EQ(p.splits, 2) << p.explanation;
+}
+
+TEST(SplitKPlan, NoSplitWhereItemsBalanceOrCannotSplit) {
+  const int sync256 = tile_named("bm256_nt8_bk256_mt1_c1_ws_sync");
+  // GEMM1 at one token: 8 x 16 = 128 items on 132 CTAs already balance (0.97)
+  EXPECT_EQ(plan_k_splits(sync256, 4096, 6144, 8, 132, kSplitKWorkspaceBytes).splits, 1);
+  // two full rounds or more: never split
+  EXPECT_EQ(plan_k_splits(sync256, 6144, 2048, 256, 132, kSplitKWorkspaceBytes).splits, 1);
+  // no workspace, or one too small for two parts
+  EXPECT_EQ(plan_k_splits(sync256, 6144, 2048, 8, 132, 0).splits, 1);
+  EXPECT_EQ(plan_k_splits(sync256, 6144, 2048, 8, 132,
+                          SplitKWorkspace::kCounterBytes + 192 * SplitKWorkspace::slot_bytes(kDecodeTiles[sync256]))
+                .splits,
+            1);
+  // all-warps tiles do not split
+  for (int t = 0; t < kNumDecodeTiles; ++t) {
+    if (!kDecodeTiles[t].warp_specialized) {
+      EXPECT_EQ(plan_k_splits(t, 4096, 6144, 1, 264, kSplitKWorkspaceBytes).splits, 1) << decode_tile_name(t);
+    }
+  }
+}
+
+TEST(SplitKPlan, NeverMorePartsThanStagesOrTheLimit) {
+  for (int t = 0; t < kNumDecodeTiles; ++t)
+    for (int64_t k : {128, 256, 512, 2048, 7168})
+      for (int64_t chunks : {1, 2, 8, 40}) {
+        if (k % kDecodeTiles[t].bk) continue;
+        const SplitKPlan p = plan_k_splits(t, 2048, k, chunks, 264, kSplitKWorkspaceBytes);
+        EXPECT_GE(p.splits, 1);
+        EXPECT_LE(p.splits, kMaxKSplits);
+        EXPECT_LE(p.splits, k / kDecodeTiles[t].bk) << decode_tile_name(t) << " K " << k;
+        if (p.splits > 1) {  // the parts fit the workspace
+          EXPECT_LE(chunks * (2048 / kDecodeTiles[t].bm) * p.splits,
+                    SplitKWorkspace::slots(kDecodeTiles[t], kSplitKWorkspaceBytes));
+        }
+      }
+}
+
+}  // namespace
+}  // namespace fp4moe::plan
