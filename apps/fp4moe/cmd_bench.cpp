@@ -42,6 +42,7 @@ struct BenchOptions {
   int reps = 30;
   bool deterministic = false;
   std::string finalize = "auto";
+  bool no_split_k = false;
   bool no_peers = false;
   std::string render;  // re-render the outputs of an earlier run's bench.json
 };
@@ -144,6 +145,7 @@ void run_bench(const BenchOptions& o) {
   bo.layer.deterministic = o.deterministic;
   bo.layer.finalize = o.finalize == "fused" ? FinalizeMode::fused : o.finalize == "split" ? FinalizeMode::split
                                                                                           : FinalizeMode::automatic;
+  bo.layer.split_k = !o.no_split_k;
   bo.layer.tune_cache = o.cache;
   Progress bar("bench");
   json report = run_layer_benchmark(cfg, w, bo, [&](int d, int n, const std::string& what) { bar.update(d, n, what); });
@@ -181,6 +183,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--finalize", o.finalize, "auto, fused (GEMM2 adds into fp32 by atomics) or split")
       ->check(CLI::IsMember({"auto", "fused", "split"}))
       ->capture_default_str();
+  cmd->add_flag("--no-split-k", o.no_split_k, "Never split a GEMM's K loop across CTAs");
   cmd->add_flag("--no-peers", o.no_peers, "Skip the PyTorch peer");
   cmd->add_option("--render", o.render, "Only re-render CSV, Markdown and SVG from an earlier bench.json");
   cmd->callback([] { run_bench(o); });

@@ -58,8 +58,8 @@ struct DecodeLaunch {
   int tile = 0;     // index into plan::kDecodeTiles
   int stages = 0;   // from the planner
   int grid = 0;     // persistent CTAs; 0 = fill the device
-  int k_splits = 0; // split-K: 0 = the planner's choice (plan_k_splits), 1 = none, n = n parts (needs the workspace)
   int debug_mode = 0;  // benchmark diagnostics only: 1 = loads only, 2 = compute only (wrong results)
+  int k_splits = 0; // split-K: 0 = the planner's choice (plan_k_splits), 1 = none, n = n parts (needs the workspace)
 };
 
 // Validates the launch against the planner's verdict for the current device

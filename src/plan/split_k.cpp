@@ -32,7 +32,7 @@ SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_
   }
   p.balance = balance(1);
   why << items << " items on " << R << " resident CTAs: balance " << p.balance;
-  if (p.balance >= 0.9 || items >= 2 * R) {
+  if (p.balance >= kSplitBelowBalance) {
     p.explanation = why.str() + ", not split";
     return p;
   }

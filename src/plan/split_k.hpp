@@ -1,9 +1,8 @@
 // Split-K for the warp-specialized decode tiles.
 //
-// A launch with fewer work items than resident CTAs, or a few more (the shared
-// expert at one token: 32 items of bm128 for 264 CTAs; 8 routed experts at one
-// token: 192 to 384 items), leaves SMs idle or running a second round while
-// others finish. Splitting every item's K loop `splits` ways evens the work.
+// A launch with far fewer work items than resident CTAs (the shared expert at
+// one token: 32 items of bm128 for 264 CTAs) leaves most SMs idle. Splitting
+// every item's K loop `splits` ways spreads the weights over more SMs.
 // Each split writes its fp32 accumulators to its own slot of a workspace; the
 // split that arrives last (one atomic counter per item) adds the slots in split
 // order, so the sum is bitwise the same whatever the arrival order, runs the
@@ -41,11 +40,17 @@ struct SplitKPlan {
   std::string explanation;
 };
 
+// Items are split only where more than half of the resident CTAs would idle:
+// at a balance of 0.73 (GLM-5 GEMM2 at one token, 192 items on 132 CTAs) two
+// parts measured 1.2x slower on the H200 (the parts' hand-over costs more
+// than the second round it saves; docs/kernels.md).
+inline constexpr double kSplitBelowBalance = 0.5;
+
 // The planner's split for tile `tile_index` on an [N, K] weight with
 // `expected_chunks` token chunks and `resident_ctas` CTAs resident at once:
-// 1 where the items already balance (90%+) or fill two rounds, else the split
-// (at most kMaxKSplits and K/bk, within the workspace) with the best balance,
-// each extra split weighed at 2% (its slot traffic and the last CTA's sum).
+// 1 where the balance is kSplitBelowBalance or more, else the split (at most
+// kMaxKSplits and K/bk, within the workspace) with the best balance, each
+// extra part weighed at 2% (its slot traffic and the last CTA's sum).
 SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_chunks, int resident_ctas,
                          int64_t workspace_bytes);
 

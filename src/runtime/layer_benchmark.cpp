@@ -160,6 +160,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
           {"top_k", cfg.top_k},
           {"shared_intermediate", Is},
           {"finalize", layer.finalize_mode() == FinalizeMode::split ? "split" : "fused"},
+          {"split_k", lo.split_k},
           {"ceilings", {{"copy_tb_per_s", ceil.copy_tb_per_s}, {"bf16_tflop_per_s", ceil.bf16_tflop_per_s}}},
           {"notes", peer_note},
           {"cases", cases}};

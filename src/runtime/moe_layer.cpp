@@ -120,8 +120,10 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
   // Warp-specialized tiles (sm_90) load rows in expert order: GEMM1 reads a permuted copy of x.
   if (m.budget.cc == 90) {
     m.x_permuted.resize(size_t(P * H));
-    m.split_k.resize(size_t(plan::kSplitKWorkspaceBytes));
-    m.split_k.fill_bytes(0);
+    if (opts.split_k) {
+      m.split_k.resize(size_t(plan::kSplitKWorkspaceBytes));
+      m.split_k.fill_bytes(0);  // the arrival counters; every launch leaves them zero
+    }
   }
   if (cfg.shared_expert) {
     m.shared_a2.resize(size_t(T * cfg.shared_intermediate));

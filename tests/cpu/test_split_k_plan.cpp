@@ -24,13 +24,13 @@ TEST(SplitKPlan, ExpectedChunksFollowTheRowsPerExpert) {
 
 TEST(SplitKPlan, SplitsWhereFewItemsLeaveSmsIdle) {
   const int sync256 = tile_named("bm256_nt8_bk256_mt1_c1_ws_sync"), sync128 = tile_named("bm128_nt8_bk256_mt1_c2_ws_sync");
-  // GLM-5 GEMM2 at one token: 8 experts x 24 N tiles = 192 items on 132 CTAs (balance 0.73) -> 2 parts: 384 on 3 rounds
-  SplitKPlan p = plan_k_splits(sync256, 6144, 2048, 8, 132, kSplitKWorkspaceBytes);
-  EXPECT_EQ(p.splits, 2) << p.explanation;
-  EXPECT_NEAR(p.balance, 384.0 / 396.0, 1e-9);
   // the shared expert's GEMM1 at one token: 32 items of bm128 on 264 CTAs -> 8 parts (256 units)
-  p = plan_k_splits(sync128, 4096, 6144, 1, 264, kSplitKWorkspaceBytes);
+  SplitKPlan p = plan_k_splits(sync128, 4096, 6144, 1, 264, kSplitKWorkspaceBytes);
   EXPECT_EQ(p.splits, 8) << p.explanation;
+  EXPECT_NEAR(p.balance, 256.0 / 264.0, 1e-9);
+  // 40 items on 132 CTAs (balance 0.30): 3 parts, 120 units, beat 6 (240 units, balance 0.91) after the 2% per part
+  p = plan_k_splits(sync256, 512, 2048, 20, 132, kSplitKWorkspaceBytes);
+  EXPECT_EQ(p.splits, 3) << p.explanation;
   // K = 512 has two bk256 stages: at most two parts
   p = plan_k_splits(sync128, 4096, 512, 1, 264, kSplitKWorkspaceBytes);
   EXPECT_EQ(p.splits, 2) << p.explanation;
@@ -40,12 +40,14 @@ TEST(SplitKPlan, NoSplitWhereItemsBalanceOrCannotSplit) {
   const int sync256 = tile_named("bm256_nt8_bk256_mt1_c1_ws_sync");
   // GEMM1 at one token: 8 x 16 = 128 items on 132 CTAs already balance (0.97)
   EXPECT_EQ(plan_k_splits(sync256, 4096, 6144, 8, 132, kSplitKWorkspaceBytes).splits, 1);
+  // GEMM2 at one token: 8 x 24 = 192 items on 132 CTAs (0.73): two parts measured slower
+  EXPECT_EQ(plan_k_splits(sync256, 6144, 2048, 8, 132, kSplitKWorkspaceBytes).splits, 1);
   // two full rounds or more: never split
   EXPECT_EQ(plan_k_splits(sync256, 6144, 2048, 256, 132, kSplitKWorkspaceBytes).splits, 1);
   // no workspace, or one too small for two parts
-  EXPECT_EQ(plan_k_splits(sync256, 6144, 2048, 8, 132, 0).splits, 1);
-  EXPECT_EQ(plan_k_splits(sync256, 6144, 2048, 8, 132,
-                          SplitKWorkspace::kCounterBytes + 192 * SplitKWorkspace::slot_bytes(kDecodeTiles[sync256]))
+  EXPECT_EQ(plan_k_splits(sync256, 4096, 6144, 1, 132, 0).splits, 1);
+  EXPECT_EQ(plan_k_splits(sync256, 4096, 6144, 1, 132,
+                          SplitKWorkspace::kCounterBytes + 16 * SplitKWorkspace::slot_bytes(kDecodeTiles[sync256]))
                 .splits,
             1);
   // all-warps tiles do not split
