@@ -369,6 +369,25 @@ TEST(GpuDecodeGemm, SplitKPartsSumInSplitOrder) {
   }
 }
 
+// Small enough for compute-sanitizer: the split hand-over (slots, fence,
+// counter, the last CTA's sum) on one tile of each consumer kind.
+TEST(GpuDecodeGemm, SplitKSmallCase) {
+  FP4MOE_REQUIRE_GPU();
+  const plan::SmemBudget budget = device_capacity();
+  for (const char* name : {"bm128_nt64_bk128_mt1_c1_ws", "bm128_nt8_bk256_mt1_c2_ws_sync"}) {
+    int tile = -1;
+    for (int t = 0; t < plan::kNumDecodeTiles; ++t)
+      if (plan::decode_tile_name(t) == name) tile = t;
+    ASSERT_GE(tile, 0) << name;
+    if (!plan::plan_decode_tile(tile, 256, 512, budget).fits) continue;
+    const CaseResult r = run_case(Fp4Format::nvfp4, 256, 512, {3, 0, 70}, tile, budget, 8, Rows::gathered, -1, 2);
+    EXPECT_EQ(r.unwritten, 0) << name;
+    EXPECT_LT(r.rel_err, 1e-2) << name;
+    EXPECT_FALSE(r.repeat_differs) << name;
+    EXPECT_EQ(r.counters_left, 0) << name;
+  }
+}
+
 // Split-K is for warp-specialized tiles, within the K stages and the workspace: anything else is named.
 TEST(GpuDecodeGemm, SplitKRejectsWhatItCannotRun) {
   FP4MOE_REQUIRE_GPU();
