@@ -308,6 +308,41 @@ DeviceState& current_device() {
   return s;
 }
 
+// CTAs of tile `tile` with `smem` bytes resident on the whole device (kernel
+// attribute raised and occupancy measured once per tile and size).
+int resident_ctas(DeviceState& ds, int tile, int64_t smem) {
+  const KernelFn fn = plan::kDecodeTiles[tile].warp_specialized ? ws_kernel(tile) : kKernels[static_cast<size_t>(tile)];
+  const size_t ti = static_cast<size_t>(tile);
+  if (ds.attr_bytes[ti] < smem) {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    ds.attr_bytes[ti] = smem;
+  }
+  if (ds.occupancy_bytes[ti] != smem) {
+    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ds.occupancy[ti], fn, plan::kDecodeTiles[tile].threads(),
+                                                                    static_cast<size_t>(smem)));
+    ds.occupancy_bytes[ti] = smem;
+  }
+  FP4MOE_CHECK(ds.occupancy[ti] >= 1,
+               "decode GEMM: tile " << plan::decode_tile_name(tile) << " with " << smem << " bytes of shared memory cannot be resident");
+  return ds.occupancy[ti] * ds.sm_count;
+}
+
+// The split of a warp-specialized launch of `grid` CTAs: forced, or the planner's.
+plan::SplitKPlan k_split_plan(const DecodeGemmArgs& a, const DecodeLaunch& launch, int grid) {
+  const plan::DecodeTile& tile = plan::kDecodeTiles[launch.tile];
+  plan::SplitKPlan sp;
+  if (launch.k_splits > 0) {
+    sp.splits = launch.k_splits;
+    sp.explanation = "k_splits = " + std::to_string(launch.k_splits) + " as given";
+  } else if (!tile.warp_specialized || !a.split_workspace) {
+    sp.explanation = tile.warp_specialized ? "no split-K workspace" : "all-warps tiles do not split K";
+  } else {
+    sp = plan::plan_k_splits(launch.tile, a.n, a.k, plan::expected_token_chunks(a.permuted_rows, a.num_experts, tile.nt),
+                             grid, a.split_workspace_bytes);
+  }
+  return sp;
+}
+
 // Split-K parameters of a warp-specialized launch of `grid` CTAs (plan/split_k.hpp).
 void set_k_splits(KernelParams& kp, const DecodeGemmArgs& a, const DecodeLaunch& launch, int grid) {
   const plan::DecodeTile& tile = plan::kDecodeTiles[launch.tile];
@@ -324,13 +359,7 @@ void set_k_splits(KernelParams& kp, const DecodeGemmArgs& a, const DecodeLaunch&
                                                    launch.k_splits * plan::SplitKWorkspace::slot_bytes(tile)
                                             << ")");
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(a.split_workspace) % 16 == 0, "decode GEMM: split_workspace is not 16-byte aligned");
-  int splits = launch.k_splits;
-  if (splits == 0)
-    splits = a.split_workspace ? plan::plan_k_splits(launch.tile, a.n, a.k,
-                                                     plan::expected_token_chunks(a.permuted_rows, a.num_experts, tile.nt),
-                                                     grid, a.split_workspace_bytes)
-                                     .splits
-                               : 1;
+  const int splits = k_split_plan(a, launch, grid).splits;
   if (splits <= 1) return;
   kp.k_splits = splits;
   kp.split_slots = plan::SplitKWorkspace::slots(tile, a.split_workspace_bytes);
@@ -339,6 +368,13 @@ void set_k_splits(KernelParams& kp, const DecodeGemmArgs& a, const DecodeLaunch&
 }
 
 }  // namespace
+
+plan::SplitKPlan decode_launch_k_splits(const DecodeGemmArgs& a, const DecodeLaunch& launch) {
+  DeviceState& dev = current_device();
+  const plan::SmemPlan pl = plan::plan_decode_tile(launch.tile, a.n, a.k, dev.budget, launch.stages);
+  FP4MOE_CHECK(pl.fits, "decode GEMM: the planner rejects this launch: " << pl.explanation);
+  return k_split_plan(a, launch, launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, pl.smem_bytes));
+}
 
 int64_t decode_launch_smem_bytes(const DecodeLaunch& launch) {
   FP4MOE_CHECK(launch.tile >= 0 && launch.tile < plan::kNumDecodeTiles,
@@ -367,24 +403,10 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
   // The planner decides whether this launch may run; nothing it rejects is launched.
   const plan::SmemPlan pl = plan::plan_decode_tile(launch.tile, a.n, a.k, dev.budget, launch.stages);
   FP4MOE_CHECK(pl.fits, "decode GEMM: the planner rejects this launch: " << pl.explanation);
-  const int64_t smem = pl.smem_bytes;
   const plan::DecodeTile& tile = plan::kDecodeTiles[launch.tile];
   const KernelFn fn = tile.warp_specialized ? ws_kernel(launch.tile) : kKernels[static_cast<size_t>(launch.tile)];
-  DeviceState& ds = dev;
-  const size_t ti = static_cast<size_t>(launch.tile);
-  if (ds.attr_bytes[ti] < smem) {
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    ds.attr_bytes[ti] = smem;
-  }
-  if (ds.occupancy_bytes[ti] != smem) {
-    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ds.occupancy[ti], fn,
-                                                                    plan::kDecodeTiles[launch.tile].threads(),
-                                                                    static_cast<size_t>(smem)));
-    ds.occupancy_bytes[ti] = smem;
-  }
-  const int per_sm = ds.occupancy[ti];
-  FP4MOE_CHECK(per_sm >= 1, "decode GEMM: tile " << launch.tile << " with " << smem << " bytes of shared memory cannot be resident");
-  const int grid = launch.grid > 0 ? launch.grid : per_sm * dev.sm_count;
+  const int64_t smem = pl.smem_bytes;
+  const int grid = launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, smem);
   KernelParams kp{a.weights, a.scales, a.dequant_scale, a.x, a.gather, a.expert_offsets, a.y,
                   a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
                   a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,

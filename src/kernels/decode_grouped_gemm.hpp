@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "fp4moe/format.hpp"
+#include "plan/split_k.hpp"
 
 namespace fp4moe::kernels {
 
@@ -65,6 +66,9 @@ struct DecodeLaunch {
 // Validates the launch against the planner's verdict for the current device
 // (throws fp4moe::Error with the plan's explanation if it does not fit), then launches.
 void launch_decode_grouped_gemm(const DecodeGemmArgs& args, const DecodeLaunch& launch, cudaStream_t stream);
+
+// The split-K plan the launch will run with (plan/split_k.hpp), and why.
+plan::SplitKPlan decode_launch_k_splits(const DecodeGemmArgs& args, const DecodeLaunch& launch);
 
 // Dynamic shared memory the launch will use (the planner's figure).
 int64_t decode_launch_smem_bytes(const DecodeLaunch& launch);

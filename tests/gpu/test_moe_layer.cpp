@@ -122,7 +122,13 @@ TEST(GpuMoeLayer, FullGlm5AtSixtyFourTokens) {
   LayerOptions o;
   o.max_tokens = 64;
   MoeLayer layer(c.cfg, c.w, o);
-  std::printf("%s", layer.describe(64).c_str());
+  const std::string plan = layer.describe(64);
+  std::printf("%s", plan.c_str());
+  // sm_90: the shared expert (one expert, 64 rows) has 16 to 32 items for 132 to 264 CTAs, so its K is split;
+  // the forward below checks the split sums against the reference
+  if (list_devices()[0].cc == 90) {
+    EXPECT_NE(plan.find("K split"), std::string::npos) << plan;
+  }
   expect_matches_reference(c, run_layer(layer, c), "glm5 (full) T=64");
 }
 
