@@ -23,6 +23,7 @@
 #include "format/prepare_decode.hpp"
 #include "fp4moe/device.hpp"
 #include "kernels/decode_grouped_gemm.hpp"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/grouped_gemm_common.cuh"
 #include "kernels/grouped_gemm_ws.hpp"
 #include "kernels/mma_sm80.cuh"
@@ -66,6 +67,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int E = p.num_experts;
+  wait_for_prior_grid();
+  allow_dependent_grids();
 
   // ---- scheduler: token chunks per expert, prefix-summed in shared memory ----
   if (warp == 0) build_chunk_prefix<T.nt>(tile_prefix, p.expert_offsets, E, lane);
@@ -437,7 +440,7 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
     set_k_splits(kp, a, launch, grid);
     if (a.gather) launch_gather_rows({a.x, a.gather, a.permuted_rows, a.k, a.gather_workspace}, stream);
   }
-  fn<<<grid, tile.threads(), static_cast<size_t>(smem), stream>>>(kp, maps);
+  launch_dependent(fn, grid, tile.threads(), static_cast<size_t>(smem), stream, kp, maps);
   FP4MOE_CHECK_LAUNCH("decode_grouped_gemm");
 }
 

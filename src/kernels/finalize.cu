@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include "fp4moe/error.hpp"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/routing_kernels.hpp"
 #include "runtime/cuda_check.hpp"
 
@@ -21,6 +22,8 @@ __device__ __forceinline__ void add_bf16x8(float acc[8], uint4 v, float w) {
 }
 
 __global__ void finalize_kernel(const FinalizeArgs a) {
+  wait_for_prior_grid();
+  allow_dependent_grids();
   const int64_t groups = a.hidden / 8;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= a.tokens * groups) return;
@@ -54,7 +57,7 @@ void launch_finalize(const FinalizeArgs& a, cudaStream_t stream) {
   FP4MOE_CHECK(a.out && (a.accumulated || (a.pair_pos && a.topk_weights)), "finalize: a device pointer is null");
   if (a.tokens == 0) return;
   const int64_t n = a.tokens * (a.hidden / 8);
-  finalize_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a);
+  launch_dependent(finalize_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, a);
   FP4MOE_CHECK_LAUNCH("finalize_kernel");
 }
 

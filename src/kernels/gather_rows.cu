@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "fp4moe/error.hpp"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/routing_kernels.hpp"
 #include "runtime/cuda_check.hpp"
 
@@ -14,6 +15,8 @@ namespace {
 
 __global__ void __launch_bounds__(256) gather_rows_kernel(const uint4* __restrict__ x, const int32_t* __restrict__ rows,
                                                           int64_t count, int pieces_per_row, uint4* __restrict__ out) {
+  wait_for_prior_grid();
+  allow_dependent_grids();
   const int64_t p = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // one warp per row
   if (p >= count) return;
   const uint4* src = x + int64_t(rows[p]) * pieces_per_row;
@@ -33,8 +36,9 @@ void launch_gather_rows(const GatherRowsArgs& a, cudaStream_t stream) {
   if (a.count == 0) return;
   FP4MOE_CHECK(a.cols / 8 <= INT32_MAX, "gather_rows: cols = " << a.cols << " is too wide");
   constexpr int kRowsPerBlock = 8;  // 256 threads, a warp per row: no per-element index arithmetic
-  gather_rows_kernel<<<static_cast<unsigned>((a.count + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32, 0, stream>>>(
-      reinterpret_cast<const uint4*>(a.x), a.rows, a.count, static_cast<int>(a.cols / 8), reinterpret_cast<uint4*>(a.out));
+  launch_dependent(gather_rows_kernel, static_cast<unsigned>((a.count + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32,
+                   0, stream, reinterpret_cast<const uint4*>(a.x), a.rows, a.count, static_cast<int>(a.cols / 8),
+                   reinterpret_cast<uint4*>(a.out));
   FP4MOE_CHECK_LAUNCH("gather_rows");
 }
 

@@ -32,6 +32,7 @@
 #include <utility>
 
 #include "kernels/async_sm90.cuh"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/grouped_gemm_common.cuh"
 #include "kernels/grouped_gemm_ws.hpp"
 #include "kernels/mma_sm80.cuh"
@@ -96,6 +97,9 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     }
     async::fence_barrier_init();
   }
+  // the launch overlaps the previous kernel's tail up to here (shared memory only)
+  wait_for_prior_grid();
+  allow_dependent_grids();
   if (warp == 1) build_chunk_prefix<T.nt>(prefix, p.expert_offsets, E, lane);
   __syncthreads();
   // The schedule is recomputed from the parameters and shared memory where it is

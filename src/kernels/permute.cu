@@ -4,6 +4,7 @@
 // time, with __match_any_sync (about 13 us for 16K pairs; fine for decode and
 // moderate prefill, see docs/kernels.md).
 #include "fp4moe/error.hpp"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/routing_kernels.hpp"
 #include "runtime/cuda_check.hpp"
 
@@ -16,6 +17,8 @@ constexpr int kMaxExperts = 4096;
 __global__ void __launch_bounds__(kThreads) permute_kernel(const PermuteArgs a) {
   __shared__ int count[kMaxExperts];
   __shared__ int next[kMaxExperts];
+  wait_for_prior_grid();
+  allow_dependent_grids();
   const int E = a.experts, tid = threadIdx.x;
   const int64_t P = a.tokens * a.top_k;
   for (int e = tid; e < E; e += kThreads) count[e] = 0;
@@ -80,7 +83,7 @@ void launch_permute(const PermuteArgs& a, cudaStream_t stream) {
   FP4MOE_CHECK(a.tokens >= 0 && a.tokens * a.top_k < (int64_t(1) << 31), "permute: " << a.tokens << " tokens x " << a.top_k << " pairs overflow int32");
   FP4MOE_CHECK(a.topk_ids && a.expert_offsets && a.permuted_pair && a.permuted_token && a.pair_pos && a.status,
                "permute: a device pointer is null");
-  permute_kernel<<<1, kThreads, 0, stream>>>(a);
+  launch_dependent(permute_kernel, 1, kThreads, 0, stream, a);
   FP4MOE_CHECK_LAUNCH("permute_kernel");
 }
 

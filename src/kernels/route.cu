@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "fp4moe/error.hpp"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/routing_kernels.hpp"
 #include "reference/router_math.hpp"
 #include "runtime/cuda_check.hpp"
@@ -31,6 +32,8 @@ __device__ __forceinline__ Candidate warp_best(Candidate c) {
 }
 
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteArgs a) {
+  wait_for_prior_grid();
+  allow_dependent_grids();
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
@@ -142,7 +145,7 @@ void launch_route(const RouteArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return;
   const size_t smem = size_t(kWarpsPerBlock) * (2 * a.experts + 32) * sizeof(float);
   const int64_t blocks = (a.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  route_kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, smem, stream>>>(a);
+  launch_dependent(route_kernel, static_cast<unsigned>(blocks), kWarpsPerBlock * 32, smem, stream, a);
   FP4MOE_CHECK_LAUNCH("route_kernel");
 }
 

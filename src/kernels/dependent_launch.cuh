@@ -1,0 +1,48 @@
+// Programmatic dependent launch (sm_90+): a kernel launched with
+// launch_dependent() may start while the kernel before it on the stream is
+// still running, so its launch and first instructions overlap that kernel's
+// tail. Every fp4moe kernel calls wait_for_prior_grid() before it touches
+// global memory (that waits for the prior grid to complete and its writes to
+// be visible, as plain stream order would), then allow_dependent_grids().
+// Without sm_90, or with FP4MOE_NO_PDL set, launches are plain stream order.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "runtime/cuda_check.hpp"
+
+namespace fp4moe::kernels {
+
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// The next kernel on the stream may be launched once every CTA of this grid has called this (or exited).
+__device__ __forceinline__ void allow_dependent_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Whether launches on the current device overlap their predecessor: sm_90 or newer, FP4MOE_NO_PDL unset.
+bool dependent_launch_enabled();
+
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace fp4moe::kernels
