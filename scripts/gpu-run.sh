@@ -2,6 +2,7 @@
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
 #   scripts/gpu-run.sh [tests|bench|layer|sanitize|all]   (bench: GEMM tiles; layer: fp4moe tune + fp4moe bench)
+# PACK=1 leaves one file, $OUT/gpu-run.tar.gz, holding every log (the device tool returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fp4moe-out}
@@ -95,3 +96,7 @@ for kind in decode prefill permuted; do
 done
 if [ -f "$OUT/tune.log" ]; then tail -32 "$OUT/tune.log"; fi
 if [ -f "$OUT/bench/bench.md" ]; then cat "$OUT/bench/bench.md"; fi
+if [ "${PACK:-0}" = 1 ]; then
+  tar czf /tmp/gpu-run.tar.gz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/gpu-run.tar.gz "$OUT/gpu-run.tar.gz"
+  echo "packed: $OUT/gpu-run.tar.gz"
+fi
