@@ -38,10 +38,11 @@ struct LayerOptions {
   bool use_tune_cache = true;
   bool deterministic = false;  // forces FinalizeMode::split
   FinalizeMode finalize = FinalizeMode::automatic;
+  int device = -1;             // -1: the current device
   // The planner may split the K loop of a GEMM with few work items (the shared
   // expert at a few tokens) across CTAs; the parts are summed in a fixed order.
+  // The layer then holds a 16 MiB split-K workspace (sm_90).
   bool split_k = true;
-  int device = -1;             // -1: the current device
 };
 
 class MoeLayer {

@@ -415,6 +415,8 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
                   a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
                   (prepared_scale_exponent_add(a.format) << 7) | (prepared_scale_exponent_add(a.format) << 23),
                   launch.debug_mode, a.permuted_rows, 1, 0, nullptr, nullptr};
+  FP4MOE_CHECK(launch.k_splits >= 0 && launch.k_splits <= plan::kMaxKSplits,
+               "decode GEMM: k_splits = " << launch.k_splits << " is outside 0.." << plan::kMaxKSplits);
   FP4MOE_CHECK(tile.warp_specialized || launch.k_splits <= 1,
                "decode GEMM: tile " << plan::decode_tile_name(launch.tile) << " does not split K (k_splits = "
                                     << launch.k_splits << "); warp-specialized tiles do");

@@ -27,8 +27,11 @@ __device__ __forceinline__ void allow_dependent_grids() {
 #endif
 }
 
-// Whether launches on the current device overlap their predecessor: sm_90 or newer, FP4MOE_NO_PDL unset.
-bool dependent_launch_enabled();
+// Whether `kernel`'s launches on the current device may overlap their
+// predecessor: FP4MOE_NO_PDL unset, an sm_90+ device, and the kernel's code
+// compiled for compute_90+ (code JIT-compiled from the compute_80 PTX on a
+// newer GPU has no griddepcontrol.wait, so it must not start early).
+bool dependent_launch_enabled(const void* kernel);
 
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
@@ -41,7 +44,7 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  cfg.numAttrs = dependent_launch_enabled(reinterpret_cast<const void*>(kernel)) ? 1 : 0;
   FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 

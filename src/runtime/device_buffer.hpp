@@ -41,8 +41,12 @@ class DeviceBuffer {
     if (count_) FP4MOE_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
     return host;
   }
+  // Done when it returns: cudaMemset may still be running after it returns, and
+  // streams created non-blocking are not ordered after it.
   void fill_bytes(int byte) {
-    if (count_) FP4MOE_CUDA_CHECK(cudaMemset(ptr_, byte, count_ * sizeof(T)));
+    if (!count_) return;
+    FP4MOE_CUDA_CHECK(cudaMemset(ptr_, byte, count_ * sizeof(T)));
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   }
   T* get() const { return ptr_; }
   size_t size() const { return count_; }

@@ -24,6 +24,10 @@ struct CaseResult {
   // with a split-K workspace: the output of a second launch differs somewhere, and arrival counters left nonzero
   bool repeat_differs = false;
   int64_t counters_left = 0;
+  // the parts the launch should run with (the device runs 1 where items x parts overflow the slots)
+  // and the slot words it wrote (the slots start poisoned)
+  int effective_splits = 1;
+  int64_t slot_words_written = 0;
 };
 
 // How the kernel finds each permuted row's activations.
@@ -83,16 +87,23 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   launch.stages = plan::plan_decode_tile(tile, n, k, capacity).stages;
   // k_splits >= 0: with a split-K workspace (0: the planner's split, n: n parts)
   DeviceBuffer<int32_t> split_workspace(k_splits >= 0 ? size_t(plan::kSplitKWorkspaceBytes / 4) : 0);
+  CaseResult r;
   if (k_splits >= 0) {
-    split_workspace.fill_bytes(0);
+    split_workspace.fill_bytes(0xFF);  // slots poisoned, then the arrival counters zeroed
+    FP4MOE_CUDA_CHECK(cudaMemset(split_workspace.get(), 0, size_t(plan::SplitKWorkspace::kCounterBytes)));
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
     args.split_workspace = split_workspace.get();
     args.split_workspace_bytes = int64_t(split_workspace.bytes());
     launch.k_splits = k_splits;
+    const plan::DecodeTile& t = plan::kDecodeTiles[tile];
+    int64_t chunks = 0;
+    for (int c : counts) chunks += (c + t.nt - 1) / t.nt;
+    const int planned = kernels::decode_launch_k_splits(args, launch).splits;
+    r.effective_splits = chunks * (n / t.bm) * planned <= plan::SplitKWorkspace::slots(t, args.split_workspace_bytes) ? planned : 1;
   }
   kernels::launch_decode_grouped_gemm(args, launch, nullptr);
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<uint16_t> ybits = dy.download();
-  CaseResult r;
   if (k_splits >= 0) {  // again on poisoned outputs: the parts are summed in split order, whoever arrives last
     dy.fill_bytes(0xFF);
     kernels::launch_decode_grouped_gemm(args, launch, nullptr);
@@ -100,6 +111,7 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
     r.repeat_differs = dy.download() != ybits;
     const std::vector<int32_t> ws = split_workspace.download();
     for (int64_t i = 0; i < plan::SplitKWorkspace::kCounters; ++i) r.counters_left += ws[size_t(i)] != 0;
+    for (size_t i = size_t(plan::SplitKWorkspace::kCounters); i < ws.size(); ++i) r.slot_words_written += ws[i] != -1;
   }
 
   // Reference, expert by expert over the gathered rows.
@@ -346,12 +358,15 @@ TEST(GpuDecodeGemm, WarpSpecializedTilesStopAtPermutedRows) {
 }
 
 // A split-K case: every element written, within the tolerance, a second launch
-// bitwise the same, every arrival counter back at zero.
+// bitwise the same, every arrival counter back at zero, and slots written
+// exactly when the launch split (so a silent fallback to one part shows).
 void expect_split_sums_right(const CaseResult& r, const std::string& what) {
   EXPECT_EQ(r.unwritten, 0) << what;
   EXPECT_LT(r.rel_err, 1e-2) << what;
   EXPECT_FALSE(r.repeat_differs) << what;
   EXPECT_EQ(r.counters_left, 0) << what;
+  EXPECT_EQ(r.slot_words_written > 0, r.effective_splits > 1) << what << ": " << r.slot_words_written
+                                                              << " slot words written, " << r.effective_splits << " parts";
 }
 
 // Split-K: every warp-specialized tile with its items split 2, 3 and 8 ways
@@ -384,7 +399,9 @@ TEST(GpuDecodeGemm, SplitKSmallCase) {
       if (plan::decode_tile_name(t) == name) tile = t;
     ASSERT_GE(tile, 0) << name;
     if (!plan::plan_decode_tile(tile, 256, 512, budget).fits) continue;
-    expect_split_sums_right(run_case(Fp4Format::nvfp4, 256, 512, {3, 0, 70}, tile, budget, 8, Rows::gathered, -1, 2), name);
+    const CaseResult r = run_case(Fp4Format::nvfp4, 256, 512, {3, 0, 70}, tile, budget, 8, Rows::gathered, -1, 2);
+    expect_split_sums_right(r, name);
+    EXPECT_EQ(r.effective_splits, 2) << name;
   }
 }
 
@@ -393,17 +410,17 @@ TEST(GpuDecodeGemm, SplitKRejectsWhatItCannotRun) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
-    if (!plan::plan_decode_tile(tile, 512, 2048, budget).fits) continue;
+    if (!plan::plan_decode_tile(tile, 512, 512, budget).fits) continue;
+    const std::string name = plan::decode_tile_name(tile);
+    EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 512, {3, 1}, tile, budget, 3, Rows::gathered, -1, plan::kMaxKSplits + 1),
+                 Error)
+        << name;
     if (!plan::kDecodeTiles[tile].warp_specialized) {
-      EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 2048, {3, 1}, tile, budget, 3, Rows::gathered, -1, 2), Error)
-          << plan::decode_tile_name(tile);
+      EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 512, {3, 1}, tile, budget, 3, Rows::gathered, -1, 2), Error) << name;
       continue;
     }
-    const int stages = int(2048 / plan::kDecodeTiles[tile].bk);
-    if (stages < plan::kMaxKSplits) {
-      EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 2048, {3, 1}, tile, budget, 3, Rows::gathered, -1, stages + 1), Error)
-          << plan::decode_tile_name(tile);
-    }
+    const int stages = int(512 / plan::kDecodeTiles[tile].bk);  // 2 or 4: more parts than K stages
+    EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 512, {3, 1}, tile, budget, 3, Rows::gathered, -1, stages + 1), Error) << name;
   }
 }
 
