@@ -2,6 +2,8 @@
 
 #include "commands.hpp"
 #include "fp4moe/device.hpp"
+#include "kernels/dependent_launch.hpp"
+#include "runtime/cuda_check.hpp"
 
 namespace fp4moe::cli {
 
@@ -24,6 +26,10 @@ void register_info(CLI::App& app) {
       fmt::print("  memory              {:.1f} GiB, L2 {:.1f} MiB\n", d.global_mem_bytes / 1073741824.0,
                  d.l2_bytes / 1048576.0);
       fmt::print("  driver / runtime    {} / {}\n", d.driver_version, d.runtime_version);
+      FP4MOE_CUDA_CHECK(cudaSetDevice(d.index));
+      fmt::print("  dependent launch    {}\n", kernels::dependent_launch_available()
+                                                   ? "on (kernels overlap their predecessor's tail)"
+                                                   : "off (plain stream order: pre-sm_90, JIT code or FP4MOE_NO_PDL)");
       for (const std::string& diff : compare_with_arch_table(d))
         fmt::print("  note: differs from fp4moe's architecture table: {}\n", diff);
     }

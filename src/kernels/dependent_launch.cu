@@ -6,6 +6,11 @@
 #include <utility>
 
 namespace fp4moe::kernels {
+namespace {
+
+__global__ void dependent_launch_probe() {}
+
+}  // namespace
 
 bool dependent_launch_enabled(const void* kernel) {
   static const bool switched_off = [] {
@@ -26,5 +31,7 @@ bool dependent_launch_enabled(const void* kernel) {
   FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   return known[key] = major >= 9 && attr.ptxVersion >= 90;
 }
+
+bool dependent_launch_available() { return dependent_launch_enabled(reinterpret_cast<const void*>(&dependent_launch_probe)); }
 
 }  // namespace fp4moe::kernels

@@ -10,6 +10,7 @@
 
 #include <utility>
 
+#include "kernels/dependent_launch.hpp"
 #include "runtime/cuda_check.hpp"
 
 namespace fp4moe::kernels {
@@ -27,11 +28,6 @@ __device__ __forceinline__ void allow_dependent_grids() {
 #endif
 }
 
-// Whether `kernel`'s launches on the current device may overlap their
-// predecessor: FP4MOE_NO_PDL unset, an sm_90+ device, and the kernel's code
-// compiled for compute_90+ (code JIT-compiled from the compute_80 PTX on a
-// newer GPU has no griddepcontrol.wait, so it must not start early).
-bool dependent_launch_enabled(const void* kernel);
 
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {

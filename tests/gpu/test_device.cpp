@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "fp4moe/device.hpp"
+#include "kernels/dependent_launch.hpp"
 
 namespace fp4moe {
 
@@ -12,6 +15,21 @@ TEST(GpuDevice, RealLimitsMatchTheArchTable) {
     EXPECT_GT(d.sm_count, 0);
     EXPECT_GT(d.smem_optin_per_block, 48 * 1024);
     for (const auto& diff : compare_with_arch_table(d)) ADD_FAILURE() << d.name << ": " << diff;
+  }
+}
+
+// sm_90 runs fp4moe's own sm_90a code, so its launches overlap (unless switched off).
+TEST(GpuDevice, DependentLaunchOnSm90) {
+  std::string why;
+  const auto devs = list_devices(&why);
+  if (devs.empty()) GTEST_SKIP() << "no CUDA device (" << why << "): GPU test skipped";
+  const char* off = std::getenv("FP4MOE_NO_PDL");
+  const bool switched_off = off && *off && *off != '0';
+  if (devs[0].cc == 90) {
+    EXPECT_EQ(kernels::dependent_launch_available(), !switched_off);
+  }
+  if (devs[0].cc < 90) {
+    EXPECT_FALSE(kernels::dependent_launch_available());
   }
 }
 
