@@ -294,13 +294,7 @@ std::string MoeLayer::describe(int64_t tokens) const {
     os << what << ": N " << w.n << " K " << w.k << ", tile " << p.config << " ("
        << (c.tuned ? "tuned, from " + m.cache->path() : std::string("planner default")) << "), " << p.stages
        << " stages, " << p.smem_bytes << " bytes of shared memory";
-    kernels::DecodeGemmArgs a;  // what the split-K plan reads
-    a.num_experts = w.experts;
-    a.n = w.n;
-    a.k = w.k;
-    a.permuted_rows = rows;
-    a.split_workspace = m.split_k.size() ? m.split_k.get() : nullptr;
-    a.split_workspace_bytes = int64_t(m.split_k.bytes());
+    const kernels::DecodeGemmArgs a = m.gemm_args(w, nullptr, nullptr, rows, nullptr, kernels::DecodeEpilogue::store, nullptr);
     const plan::SplitKPlan sk = kernels::decode_launch_k_splits(a, {c.tile, c.stages, 0, 0});
     if (sk.splits > 1) os << ", K split " << sk.splits << " ways (" << sk.explanation << ")";
     os << "\n";

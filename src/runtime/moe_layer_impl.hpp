@@ -95,8 +95,9 @@ struct MoeLayer::Impl {
     return c;
   }
 
-  kernels::DecodeGemmArgs gemm_args(const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather,
-                                    const int32_t* offs, kernels::DecodeEpilogue epi, __nv_bfloat16* y) {
+  // A GEMM over `rows` permuted rows, with the layer's split-K workspace.
+  kernels::DecodeGemmArgs gemm_args(const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather, int64_t rows,
+                                    const int32_t* offs, kernels::DecodeEpilogue epi, __nv_bfloat16* y) const {
     kernels::DecodeGemmArgs a;
     a.weights = w.weights.get();
     a.scales = w.scales.get();
@@ -108,6 +109,7 @@ struct MoeLayer::Impl {
     a.k = w.k;
     a.x = x;
     a.gather = gather;
+    a.permuted_rows = rows;
     a.expert_offsets = offs;
     a.y = y;
     a.epilogue = epi;
@@ -117,6 +119,8 @@ struct MoeLayer::Impl {
       a.topk_weights = topk_weights.get();
       a.top_k = static_cast<int>(cfg.top_k);
     }
+    a.split_workspace = split_k.size() ? split_k.get() : nullptr;
+    a.split_workspace_bytes = int64_t(split_k.bytes());
     return a;
   }
 
@@ -162,11 +166,8 @@ struct MoeLayer::Impl {
   void launch_gemm(const TileChoice& c, const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather,
                    int64_t rows, const int32_t* offs, kernels::DecodeEpilogue epi, __nv_bfloat16* y,
                    cudaStream_t stream) {
-    kernels::DecodeGemmArgs a = gemm_args(w, x, gather, offs, epi, y);
-    a.permuted_rows = rows;
+    kernels::DecodeGemmArgs a = gemm_args(w, x, gather, rows, offs, epi, y);
     if (gather && int64_t(x_permuted.size()) >= rows * w.k) a.gather_workspace = x_permuted.get();
-    a.split_workspace = split_k.size() ? split_k.get() : nullptr;
-    a.split_workspace_bytes = int64_t(split_k.bytes());
     kernels::launch_decode_grouped_gemm(a, {c.tile, c.stages, 0, 0}, stream);
   }
 
