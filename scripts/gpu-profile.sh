@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Nsight Compute on one decode GEMM case: where the time goes (stall reasons,
-# memory throughput). Usage: scripts/gpu-profile.sh GEMM TOKENS TILE [more ncu args]
+# Nsight Compute on chosen GEMM launches of bench_decode_gemm (on the GPU machine):
+# warp state, scheduler, source-level stall samples. Leaves $OUT/profile.tar.gz.
+#   scripts/gpu-profile.sh NAME:GEMM:TOKENS:TILE [...]    e.g. g2t512:gemm2:512:26
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
-gemm=$1 tokens=$2 tile=$3
-shift 3
-ncu --clock-control none --kernel-name regex:decode_grouped --launch-skip 4 --launch-count 1 \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-    --section LaunchStats --section Occupancy --section ComputeWorkloadAnalysis "$@" \
-    "$BIN/bench_decode_gemm" --gemm "$gemm" --tokens "$tokens" --tile "$tile" --reps 3 --no-peers --out /tmp/prof.json \
-    > "$OUT/ncu_${gemm}_T${tokens}_tile${tile}.txt" 2>&1
-echo "ncu rc=$? -> $OUT/ncu_${gemm}_T${tokens}_tile${tile}.txt"
-grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall|Warp Cycles Per Issued|Block Limit" "$OUT/ncu_${gemm}_T${tokens}_tile${tile}.txt" | head -40
+mkdir -p "$OUT/profile"
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null)
+for spec in "$@"; do
+  IFS=: read -r name gemm tokens tile <<< "$spec"
+  d="$OUT/profile/$name"
+  ncu --clock-control none -k regex:grouped_gemm --launch-skip 6 --launch-count 1 \
+    --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters \
+    --section Occupancy --section InstructionStats --import-source no -o "$d" \
+    "$BIN/bench_decode_gemm" --tokens "$tokens" --gemm "$gemm" --tile "$tile" --no-peers --reps 3 > "$d.run.log" 2>&1
+  ncu -i "$d.ncu-rep" --page details > "$d.details.txt" 2>&1
+  ncu -i "$d.ncu-rep" --page source --csv --print-source sass > "$d.src.csv" 2>&1
+  python3 bench/ncu_top_stalls.py "$d.src.csv" 45 > "$d.stalls.txt" 2>&1
+  rm -f "$d.ncu-rep"
+  echo "== $name: $(grep -E 'Duration|Issue Slots Busy|No Eligible' "$d.details.txt" | tr -s ' ' | tr '\n' ';')"
+done
+tar czf "$OUT/profile.tar.gz" -C "$OUT" profile && rm -rf "$OUT/profile"

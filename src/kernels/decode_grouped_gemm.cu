@@ -412,7 +412,7 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
                   a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
                   a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
                   (prepared_scale_exponent_add(a.format) << 7) | (prepared_scale_exponent_add(a.format) << 23),
-                  launch.debug_mode, a.permuted_rows, 1, 0, nullptr, nullptr};
+                  launch.debug_mode, a.permuted_rows, 0, 1, 0, nullptr, nullptr};
   FP4MOE_CHECK(launch.k_splits >= 0 && launch.k_splits <= plan::kMaxKSplits,
                "decode GEMM: k_splits = " << launch.k_splits << " is outside 0.." << plan::kMaxKSplits);
   FP4MOE_CHECK(tile.warp_specialized || launch.k_splits <= 1,
@@ -438,6 +438,7 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
     maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile);
     maps.x = activation_tensor_map(kp.x, a.permuted_rows, a.k, tile.nt);
     set_k_splits(kp, a, launch, grid);
+    kp.offsets_ready_at_launch = a.offsets_ready_at_launch;
     if (a.gather) launch_gather_rows({a.x, a.gather, a.permuted_rows, a.k, a.gather_workspace}, stream);
   }
   launch_dependent(fn, grid, tile.threads(), static_cast<size_t>(smem), stream, kp, maps);

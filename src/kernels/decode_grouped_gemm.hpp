@@ -41,6 +41,13 @@ struct DecodeGemmArgs {
   int64_t permuted_rows = 0;
   __nv_bfloat16* gather_workspace = nullptr;
   const int32_t* expert_offsets = nullptr;  // [E+1]
+  // True when expert_offsets are final before the kernel queued just before this
+  // launch starts (uploaded, or written two kernels back): a warp-specialized
+  // tile, launched dependently, then reads its schedule and starts loading
+  // weights while that kernel finishes. Leave false when the kernel right
+  // before writes the offsets, unless the launch gathers (warp-specialized
+  // tiles then copy the rows first, so the GEMM's predecessor is that copy).
+  bool offsets_ready_at_launch = false;
   __nv_bfloat16* y = nullptr;            // [P, N] (store) or [P, N/2] (swiglu)
   DecodeEpilogue epilogue = DecodeEpilogue::store;
   float* accumulate = nullptr;           // scatter_add: [T, N] fp32, 16-byte aligned

@@ -36,6 +36,7 @@ struct KernelParams {
   uint32_t scale_add2;  // (exponent_add << 7) in both bf16 halves
   int debug_mode;       // 0 normal; benchmark diagnostics: 1 loads only, 2 compute only
   int64_t permuted_rows;  // P (warp-specialized tiles: no row at or past it is read or written); 0 on all-warps tiles
+  int offsets_ready_at_launch;  // DecodeGemmArgs::offsets_ready_at_launch (warp-specialized tiles)
   // Split-K (warp-specialized tiles, plan/split_k.hpp): each item's K loop in
   // k_splits parts when the launch's items times k_splits fit split_slots.
   int k_splits;
@@ -110,7 +111,8 @@ __device__ __forceinline__ void build_chunk_prefix(int32_t* prefix, const int32_
   for (int base = 0; base < num_experts; base += 32) {
     const int e = base + lane;
     int c = 0;
-    if (e < num_experts) c = (offsets[e + 1] - offsets[e] + NT - 1) / NT;
+    // (L2 loads: a warp-specialized launch may read the offsets before it waits for the previous kernel)
+    if (e < num_experts) c = (__ldcg(offsets + e + 1) - __ldcg(offsets + e) + NT - 1) / NT;
     int incl = c;
 #pragma unroll
     for (int o = 1; o < 32; o *= 2) {
@@ -148,8 +150,8 @@ __device__ __forceinline__ WorkItem work_item(int index, const int32_t* prefix, 
     chunk = key - prefix[lo];
     w.ntile = index / total_chunks;
   }
-  w.row0 = offsets[lo] + chunk * NT;
-  w.rows = min(NT, offsets[lo + 1] - w.row0);
+  w.row0 = __ldcg(offsets + lo) + chunk * NT;
+  w.rows = min(NT, __ldcg(offsets + lo + 1) - w.row0);
   return w;
 }
 

@@ -97,11 +97,6 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     }
     async::fence_barrier_init();
   }
-  // the launch overlaps the previous kernel's tail up to here (shared memory only)
-  wait_for_prior_grid();
-  allow_dependent_grids();
-  if (warp == 1) build_chunk_prefix<T.nt>(prefix, p.expert_offsets, E, lane);
-  __syncthreads();
   // The schedule is recomputed from the parameters and shared memory where it is
   // used: values kept live across setmaxnreg spill (ptxas).
   auto n_tiles = [&] { return static_cast<int>(p.n / T.bm); };
@@ -114,7 +109,6 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
                                                                                                              : 1;
   };
   auto total_items = [&] { return prefix[E] * n_tiles() * splits(); };
-  if (int(blockIdx.x) >= total_items()) return;
   // K stages [kt_begin(s), kt_begin(s + 1)) of part s
   auto kt_begin = [&](int split, int parts) { return static_cast<int>(p.k / T.bk) * split / parts; };
   auto item = [&](int i, int parts) {
@@ -123,13 +117,50 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     w.rows = static_cast<int>(min(int64_t(w.rows), p.permuted_rows - w.row0));
     return w;
   };
+  // Stages of this CTA's first item whose weights and scales the producer asks
+  // for before the previous kernel has finished (weights are never written; the
+  // schedule may be read early when the offsets were final before that kernel
+  // started: DecodeGemmArgs::offsets_ready_at_launch). Ring slots 0.. in order.
+  auto early_stages = [&] {
+    if (!p.offsets_ready_at_launch || p.debug_mode == 2 || int(blockIdx.x) >= total_items()) return 0;
+    const int parts = splits();
+    if (item(blockIdx.x, parts).rows <= 0) return 0;
+    return min(stages, kt_begin(blockIdx.x % parts + 1, parts) - kt_begin(blockIdx.x % parts, parts));
+  };
+  const int rowgroups_per_expert = static_cast<int>(p.n / 16);
+  auto first_rowgroup = [&](const WorkItem& w) { return w.expert * rowgroups_per_expert + w.ntile * kRowGroups; };
+
+  // Up to here the launch may overlap the previous kernel's tail (dependent
+  // launch): shared memory, and with early offsets the schedule and the weights.
+  if (p.offsets_ready_at_launch) {
+    if (warp == 1) build_chunk_prefix<T.nt>(prefix, p.expert_offsets, E, lane);
+    __syncthreads();
+    if (tid == 0) {
+      const int pre = early_stages();
+      if (pre > 0) {
+        const int parts = splits();
+        const WorkItem w = item(blockIdx.x, parts);
+        const int kt0 = kt_begin(blockIdx.x % parts, parts);
+        for (int s = 0; s < pre; ++s) {  // the full count: the activations follow after the wait
+          uint8_t* st = smem + s * L.smem_bytes_per_stage();
+          async::mbarrier_arrive_expect_tx(&full[s], kStageTx + kActStageBytes);
+          async::tensor_copy_3d(st + L.weight_offset(), &maps.weights, 0, (kt0 + s) * (T.bk / 32), first_rowgroup(w), &full[s]);
+          async::tensor_copy_2d(st + L.scale_offset(), &maps.scales, (kt0 + s) * T.bk, first_rowgroup(w), &full[s]);
+        }
+      }
+    }
+  }
+  wait_for_prior_grid();
+  allow_dependent_grids();
+  if (!p.offsets_ready_at_launch && warp == 1) build_chunk_prefix<T.nt>(prefix, p.expert_offsets, E, lane);
+  __syncthreads();
+  if (int(blockIdx.x) >= total_items()) return;
 
   if (warp < 4) {
     // ================= producer warpgroup =================
     if constexpr (kReallocate) async::setmaxnreg_dec<kProducerRegs>();
     if (warp != 0) return;  // one thread issues every tensor copy
-    const int rowgroups_per_expert = static_cast<int>(p.n / 16);
-    const int parts = splits(), items = total_items();
+    const int parts = splits(), items = total_items(), pre = early_stages();
     int slot = 0;
     uint32_t phase = 0;
     for (int it = blockIdx.x; it < items; it += gridDim.x) {
@@ -137,19 +168,23 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       if (w.rows <= 0) continue;  // the consumers skip it too
       // (an activation box counts all nt rows; those past the end of x are zero-filled)
       const uint32_t tx = p.debug_mode == 2 ? 0u : kStageTx + kActStageBytes;
-      const int rowgroup0 = w.expert * rowgroups_per_expert + w.ntile * kRowGroups;  // the tile's first 16-row group
-      const int kt_end = kt_begin(it % parts + 1, parts);
-      for (int kt = kt_begin(it % parts, parts); kt < kt_end; ++kt) {
-        async::mbarrier_wait(&empty[slot], phase ^ 1);
+      const int rowgroup0 = first_rowgroup(w);  // the tile's first 16-row group
+      const int kt_first = kt_begin(it % parts, parts), kt_end = kt_begin(it % parts + 1, parts);
+      for (int kt = kt_first; kt < kt_end; ++kt) {
+        // the first item's first `pre` stages: weights and scales already asked for, slot free
+        const bool early = it == int(blockIdx.x) && kt - kt_first < pre;
+        if (!early) async::mbarrier_wait(&empty[slot], phase ^ 1);
         uint8_t* st = smem + slot * L.smem_bytes_per_stage();
         if (lane == 0) {
           // The stage's weights, scales and activations are one tensor copy each (per 64-k atom for the
           // activations, [atom][nt rows][128 bytes] swizzled): the producer's issue cost stays a few
           // instructions per stage however busy the consumers keep the SM's schedulers.
-          async::mbarrier_arrive_expect_tx(&full[slot], tx);
+          if (!early) async::mbarrier_arrive_expect_tx(&full[slot], tx);
           if (p.debug_mode != 2) {
-            async::tensor_copy_3d(st + L.weight_offset(), &maps.weights, 0, kt * (T.bk / 32), rowgroup0, &full[slot]);
-            async::tensor_copy_2d(st + L.scale_offset(), &maps.scales, kt * T.bk, rowgroup0, &full[slot]);
+            if (!early) {
+              async::tensor_copy_3d(st + L.weight_offset(), &maps.weights, 0, kt * (T.bk / 32), rowgroup0, &full[slot]);
+              async::tensor_copy_2d(st + L.scale_offset(), &maps.scales, kt * T.bk, rowgroup0, &full[slot]);
+            }
 #pragma unroll
             for (int a = 0; a < kWGranPerStage; ++a)
               async::tensor_copy_2d(st + L.act_offset() + a * (T.nt * 128), &maps.x, kt * T.bk + a * 64, w.row0,
@@ -195,10 +230,10 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // accumulator sets so consecutive mma.sync do not wait on each other.
   constexpr int kAccSets = !T.wgmma && kMB * T.n8_tiles() < 4 ? 2 : 1;
   // Narrower K loops for short chunks (below): wgmma atoms exist for every N used
-  // (16..128), mma.sync needs whole ldmatrix.x4 pairs (a multiple of 16, or 8).
+  // (16..128); mma.sync takes n8 tiles in ldmatrix.x4 pairs, an odd last one by ldmatrix.x2.
   constexpr bool kNarrowable = T.wgmma ? T.nt >= 64 : T.nt >= 32;
   // (not on two-block wgmma tiles: a fourth copy of their pipeline spills registers)
-  constexpr bool kThreeQuarters = kNarrowable && (3 * T.nt / 4) % 16 == 0 && !(T.wgmma && kMB > 1);
+  constexpr bool kThreeQuarters = kNarrowable && (3 * T.nt / 4) % (T.wgmma ? 16 : 8) == 0 && !(T.wgmma && kMB > 1);
   float acc_odd[kAccSets == 2 ? kMB : 1][kAccSets == 2 ? T.nt / 2 : 1] = {};
   // wgmma: A fragment buffers, one per wgmma step allowed in flight. Two: a third
   // and fourth step in flight measured 8-13% slower on the one-block tiles at 16
@@ -260,16 +295,17 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
               const uint8_t* xatom = xst + kk * (T.nt * 128) + ((((t * 2 + ld_khalf) ^ (lane % 8))) * 16);
 #pragma unroll
               for (int jn = 0; jn < NU / 8; jn += 2) {
+                const bool pair = jn + 1 < NU / 8;  // else the last n8 tile of an odd count (NU = 8 or 24)
                 uint32_t bf[4];
-                if constexpr (NU == 8) ptx::ldmatrix_x2(bf, xatom + ld_row * 128);
-                else ptx::ldmatrix_x4(bf, xatom + (jn * 8 + ld_row) * 128);
+                if (pair) ptx::ldmatrix_x4(bf, xatom + (jn * 8 + ld_row) * 128);
+                else ptx::ldmatrix_x2(bf, xatom + (jn * 8 + ld_row) * 128);  // lanes 0..15: rows lane % 8
 #pragma unroll
                 for (int b = 0; b < kMB; ++b) {
                   float* c = acc[b];
                   if constexpr (kAccSets == 2)
                     if (t & 1) c = acc_odd[b];
                   ptx::mma_bf16_16816(c + jn * 4, a[b], bf);
-                  if constexpr (NU > 8) ptx::mma_bf16_16816(c + (jn + 1) * 4, a[b], bf + 2);
+                  if (pair) ptx::mma_bf16_16816(c + (jn + 1) * 4, a[b], bf + 2);
                 }
               }
           });

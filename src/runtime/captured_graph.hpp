@@ -5,6 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <vector>
+
+#include "fp4moe/error.hpp"
 
 #include "runtime/cuda_check.hpp"
 #include "runtime/timing.hpp"
@@ -51,6 +54,22 @@ inline TimingStats time_graph_replay(const std::function<void()>& enqueue, cudaS
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   const CapturedGraph graph(stream, enqueue);
   return time_on_stream([&] { graph.launch(); }, stream, warmup, reps);
+}
+
+// Per-launch time of `launches` enqueued back to back and replayed as one CUDA
+// graph: a serving engine's steady state, where each launch follows another
+// (dependent launch overlaps their boundaries) and the graph launch is paid
+// once. The stats are of the whole graph divided by the number of launches.
+inline TimingStats time_graph_sequence(const std::vector<std::function<void()>>& launches, cudaStream_t stream, int warmup,
+                                       int reps) {
+  FP4MOE_CHECK(!launches.empty(), "time_graph_sequence: no launches");
+  auto enqueue = [&] {
+    for (const auto& f : launches) f();
+  };
+  TimingStats t = time_graph_replay(enqueue, stream, warmup, reps);
+  const double n = double(launches.size());
+  t.median_ms /= n, t.min_ms /= n, t.max_ms /= n;
+  return t;
 }
 
 }  // namespace fp4moe

@@ -35,23 +35,29 @@ CublasGroupedPeer::~CublasGroupedPeer() {
   if (handle_) cublasDestroy(handle_);
 }
 
-TimingStats CublasGroupedPeer::time(size_t shape, const std::vector<int32_t>& counts, int reps) {
+TimingStats CublasGroupedPeer::time(size_t shape, const std::vector<std::vector<int32_t>>& routings, int reps) {
   FP4MOE_CHECK(shape < shapes_.size(), "cuBLAS peer: shape " << shape << " of " << shapes_.size());
+  FP4MOE_CHECK(!routings.empty(), "cuBLAS peer: no routing to time");
   const int64_t n = shapes_[shape].n, k = shapes_[shape].k;
   const __nv_bfloat16* w = weights_[shape].get();
   const float alpha = 1.f, beta = 0.f;
   const CapturedGraph graph(stream_, [&] {
-    int64_t row = 0;
-    for (size_t e = 0; e < counts.size(); ++e) {
-      if (!counts[e]) continue;
-      FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), counts[e], int(k), &alpha,
-                                       w + int64_t(e) * n * k, CUDA_R_16BF, int(k), x_.get() + row * k, CUDA_R_16BF,
-                                       int(k), &beta, y_.get() + row * n, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
-      row += counts[e];
+    for (const std::vector<int32_t>& counts : routings) {
+      int64_t row = 0;
+      for (size_t e = 0; e < counts.size(); ++e) {
+        if (!counts[e]) continue;
+        FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), counts[e], int(k), &alpha,
+                                         w + int64_t(e) * n * k, CUDA_R_16BF, int(k), x_.get() + row * k, CUDA_R_16BF,
+                                         int(k), &beta, y_.get() + row * n, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT));
+        row += counts[e];
+      }
     }
   });
-  return time_on_stream([&] { graph.launch(); }, stream_, 3, reps);
+  TimingStats t = time_on_stream([&] { graph.launch(); }, stream_, 3, reps);
+  const double r = double(routings.size());
+  t.median_ms /= r, t.min_ms /= r, t.max_ms /= r;
+  return t;
 }
 
 }  // namespace fp4moe

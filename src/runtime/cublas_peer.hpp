@@ -25,7 +25,12 @@ class CublasGroupedPeer {
   CublasGroupedPeer& operator=(const CublasGroupedPeer&) = delete;
 
   // Median (min, max) time of shape `shape` with counts[e] rows for expert e.
-  TimingStats time(size_t shape, const std::vector<int32_t>& counts, int reps);
+  TimingStats time(size_t shape, const std::vector<int32_t>& counts, int reps) {
+    return time(shape, std::vector<std::vector<int32_t>>{counts}, reps);
+  }
+  // Per routing, the routings run back to back in one graph (as fp4moe's GEMMs
+  // are timed over rotating routings: bench_decode_gemm --rotate).
+  TimingStats time(size_t shape, const std::vector<std::vector<int32_t>>& routings, int reps);
 
  private:
   cudaStream_t stream_;

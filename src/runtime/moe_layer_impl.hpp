@@ -111,6 +111,9 @@ struct MoeLayer::Impl {
     a.gather = gather;
     a.permuted_rows = rows;
     a.expert_offsets = offs;
+    // permute writes the offsets (the shared expert's are constant); the kernel
+    // right before a routed GEMM is the row copy, GEMM1 or a memset, never permute
+    a.offsets_ready_at_launch = true;
     a.y = y;
     a.epilogue = epi;
     if (epi == kernels::DecodeEpilogue::scatter_add) {

@@ -40,7 +40,7 @@ enum class Rows {
 // (or, contiguous, reads row p of X [P, K]).
 CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<int>& counts, int tile,
                     const plan::SmemBudget& capacity, uint64_t seed, Rows rows_mode = Rows::gathered,
-                    int64_t stop_at = -1, int k_splits = -1) {
+                    int64_t stop_at = -1, int k_splits = -1, bool behind_another = false) {
   const int64_t E = static_cast<int64_t>(counts.size());
   const int64_t P = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const bool contiguous = rows_mode != Rows::gathered;
@@ -101,13 +101,27 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
     const int planned = kernels::decode_launch_k_splits(args, launch).splits;
     r.effective_splits = chunks * (n / t.bm) * planned <= plan::SplitKWorkspace::slots(t, args.split_workspace_bytes) ? planned : 1;
   }
-  kernels::launch_decode_grouped_gemm(args, launch, nullptr);
-  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  // behind_another: each launch reads its schedule and starts loading weights
+  // early, queued right behind a launch of the same GEMM into a decoy output
+  // (dependent launch: it may start while that one runs)
+  args.offsets_ready_at_launch = behind_another;
+  DeviceBuffer<uint16_t> decoy(behind_another ? dy.size() : 0);
+  cudaStream_t stream = nullptr;
+  if (behind_another) FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto launch_gemm = [&] {
+    if (behind_another) {
+      kernels::DecodeGemmArgs first = args;
+      first.y = reinterpret_cast<__nv_bfloat16*>(decoy.get());
+      kernels::launch_decode_grouped_gemm(first, launch, stream);
+    }
+    kernels::launch_decode_grouped_gemm(args, launch, stream);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  };
+  launch_gemm();
   const std::vector<uint16_t> ybits = dy.download();
   if (k_splits >= 0) {  // again on poisoned outputs: the parts are summed in split order, whoever arrives last
     dy.fill_bytes(0xFF);
-    kernels::launch_decode_grouped_gemm(args, launch, nullptr);
-    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    launch_gemm();
     r.repeat_differs = dy.download() != ybits;
     const std::vector<int32_t> ws = split_workspace.download();
     for (int64_t i = 0; i < plan::SplitKWorkspace::kCounters; ++i) r.counters_left += ws[size_t(i)] != 0;
@@ -131,6 +145,7 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
     ref.resize(size_t(stop_at * n));
   }
   r.rel_err = test::rel_frobenius(got, ref, &r.unwritten);
+  if (stream) FP4MOE_CUDA_CHECK(cudaStreamDestroy(stream));
   return r;
 }
 
@@ -389,7 +404,8 @@ TEST(GpuDecodeGemm, SplitKPartsSumInSplitOrder) {
 }
 
 // Small enough for compute-sanitizer: the split hand-over (slots, fence,
-// counter, the last CTA's sum) on one tile of each consumer kind.
+// counter, the last CTA's sum) on one tile of each consumer kind, each launch
+// queued behind another and starting early (offsets_ready_at_launch).
 TEST(GpuDecodeGemm, SplitKSmallCase) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
@@ -399,9 +415,30 @@ TEST(GpuDecodeGemm, SplitKSmallCase) {
       if (plan::decode_tile_name(t) == name) tile = t;
     ASSERT_GE(tile, 0) << name;
     if (!plan::plan_decode_tile(tile, 256, 512, budget).fits) continue;
-    const CaseResult r = run_case(Fp4Format::nvfp4, 256, 512, {3, 0, 70}, tile, budget, 8, Rows::gathered, -1, 2);
+    const CaseResult r = run_case(Fp4Format::nvfp4, 256, 512, {3, 0, 70}, tile, budget, 8, Rows::gathered, -1, 2, true);
     expect_split_sums_right(r, name);
     EXPECT_EQ(r.effective_splits, 2) << name;
+  }
+}
+
+// offsets_ready_at_launch: the schedule is read and the first stages' weights
+// requested before the previous launch has finished (dependent launch); with
+// and without split-K, gathered and contiguous rows, ragged and one-row experts.
+TEST(GpuDecodeGemm, EarlyStartBehindAnotherLaunch) {
+  FP4MOE_REQUIRE_GPU();
+  const plan::SmemBudget budget = device_capacity();
+  for (int tile : warp_specialized_tiles(512, 2048, budget)) {
+    for (int splits : {-1, 0, 3}) {
+      for (const std::vector<int>& counts : {std::vector<int>{65, 0, 3, 130}, std::vector<int>{1, 1, 0, 1, 1, 1, 1, 1, 1}}) {
+        const Rows m = splits == 0 ? Rows::contiguous : Rows::gathered;
+        const std::string what = plan::decode_tile_name(tile) + " k_splits " + std::to_string(splits) + ", " +
+                                 std::to_string(counts.size()) + " experts";
+        const CaseResult r = run_case(Fp4Format::nvfp4, 512, 2048, counts, tile, budget, 91 + tile, m, -1, splits, true);
+        EXPECT_LT(r.rel_err, 1e-2) << what;
+        EXPECT_EQ(r.unwritten, 0) << what;
+        if (splits >= 0) expect_split_sums_right(r, what);
+      }
+    }
   }
 }
 
