@@ -438,7 +438,9 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
     maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile);
     maps.x = activation_tensor_map(kp.x, a.permuted_rows, a.k, tile.nt);
     set_k_splits(kp, a, launch, grid);
-    kp.offsets_ready_at_launch = a.offsets_ready_at_launch;
+    // (only where the launch may overlap its predecessor: without dependent
+    // launch nothing is gained, and isolated launches measured slower with it)
+    kp.offsets_ready_at_launch = a.offsets_ready_at_launch && dependent_launch_enabled(reinterpret_cast<const void*>(fn));
     if (a.gather) launch_gather_rows({a.x, a.gather, a.permuted_rows, a.k, a.gather_workspace}, stream);
   }
   launch_dependent(fn, grid, tile.threads(), static_cast<size_t>(smem), stream, kp, maps);
