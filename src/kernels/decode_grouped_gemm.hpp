@@ -41,12 +41,15 @@ struct DecodeGemmArgs {
   int64_t permuted_rows = 0;
   __nv_bfloat16* gather_workspace = nullptr;
   const int32_t* expert_offsets = nullptr;  // [E+1]
-  // True when expert_offsets are final before the kernel queued just before this
-  // launch starts (uploaded, or written two kernels back): a warp-specialized
-  // tile, launched dependently, then reads its schedule and starts loading
-  // weights while that kernel finishes. Leave false when the kernel right
-  // before writes the offsets, unless the launch gathers (warp-specialized
-  // tiles then copy the rows first, so the GEMM's predecessor is that copy).
+  // True when expert_offsets were written by the kernel two or more launches
+  // back on the stream (or uploaded before), and the kernel right before this
+  // launch waits for its own predecessor before it lets dependents launch (every
+  // fp4moe kernel does: griddepcontrol.wait, then launch_dependents): this launch
+  // then cannot start before the writer has completed. A warp-specialized tile,
+  // launched dependently, then reads its schedule (L2 loads) and starts loading
+  // weights while the kernel right before finishes. Leave false when that kernel
+  // writes the offsets, unless the launch gathers (warp-specialized tiles then
+  // copy the rows first, so the GEMM's predecessor is that copy).
   bool offsets_ready_at_launch = false;
   __nv_bfloat16* y = nullptr;            // [P, N] (store) or [P, N/2] (swiglu)
   DecodeEpilogue epilogue = DecodeEpilogue::store;

@@ -97,7 +97,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
         if (progress) progress(++done, total, std::string(g.name) + " T=" + std::to_string(T) + " " + p.config);
       }
       row.tuned_tile = plan::decode_tile_name(best);
-      m.cache->put(m.tune_key(*g.w, tpe), {row.tuned_tile, best_stages, row.tuned_ms, row.default_tile, row.default_ms});
+      m.cache->put(m.tune_key(*g.w, tpe, epi), {row.tuned_tile, best_stages, row.tuned_ms, row.default_tile, row.default_ms});
       rows.push_back(row);
     }
   }

@@ -288,24 +288,26 @@ std::string MoeLayer::describe(int64_t tokens) const {
   const double per_expert = double(P) / double(m.cfg.num_experts);
   const int64_t active = std::min<int64_t>(m.cfg.num_experts, P);
   std::ostringstream os;
-  auto line = [&](const char* what, const DeviceProjection& w, double tpe, int64_t act, int64_t rows) {
-    const TileChoice c = m.choose_tile(w, tpe, act);
+  using kernels::DecodeEpilogue;
+  auto line = [&](const char* what, const DeviceProjection& w, double tpe, int64_t act, int64_t rows, DecodeEpilogue epi) {
+    const TileChoice c = m.choose_tile(w, tpe, act, epi);
     const plan::SmemPlan p = plan::plan_decode_tile(c.tile, w.n, w.k, m.budget);
     os << what << ": N " << w.n << " K " << w.k << ", tile " << p.config << " ("
        << (c.tuned ? "tuned, from " + m.cache->path() : std::string("planner default")) << "), " << p.stages
        << " stages, " << p.smem_bytes << " bytes of shared memory";
-    const kernels::DecodeGemmArgs a = m.gemm_args(w, nullptr, nullptr, rows, nullptr, kernels::DecodeEpilogue::store, nullptr);
+    const kernels::DecodeGemmArgs a = m.gemm_args(w, nullptr, nullptr, rows, nullptr, epi, nullptr);
     const plan::SplitKPlan sk = kernels::decode_launch_k_splits(a, {c.tile, c.stages, 0, 0});
     if (sk.splits > 1) os << ", K split " << sk.splits << " ways (" << sk.explanation << ")";
     os << "\n";
   };
   if (!m.cache_notice.empty()) os << m.cache_notice << "\n";
-  line("GEMM1 + SwiGLU", m.routed->w13, per_expert, active, P);
-  line(m.finalize == FinalizeMode::split ? "GEMM2 (split finalize)" : "GEMM2 (fused finalize)", m.routed->w2, per_expert, active,
-       P);
+  const bool split = m.finalize == FinalizeMode::split;
+  line("GEMM1 + SwiGLU", m.routed->w13, per_expert, active, P, DecodeEpilogue::swiglu);
+  line(split ? "GEMM2 (split finalize)" : "GEMM2 (fused finalize)", m.routed->w2, per_expert, active, P,
+       split ? DecodeEpilogue::store : DecodeEpilogue::scatter_add);
   if (m.shared) {
-    line("shared GEMM1 + SwiGLU", m.shared->w13, double(tokens), 1, tokens);
-    line("shared GEMM2", m.shared->w2, double(tokens), 1, tokens);
+    line("shared GEMM1 + SwiGLU", m.shared->w13, double(tokens), 1, tokens, DecodeEpilogue::swiglu);
+    line("shared GEMM2", m.shared->w2, double(tokens), 1, tokens, DecodeEpilogue::store);
   }
   return os.str();
 }

@@ -71,16 +71,22 @@ struct MoeLayer::Impl {
 
   int64_t max_pairs() const { return opts.max_tokens * cfg.top_k; }
 
-  plan::TuneKey tune_key(const DeviceProjection& w, double tokens_per_expert) const {
-    return {"decode", to_string(w.format), w.n, w.k, w.experts, plan::token_bucket(tokens_per_expert)};
+  // A measurement holds for the epilogue it ran with (GEMM2's depends on the
+  // finalize mode) and with or without the split-K workspace.
+  plan::TuneKey tune_key(const DeviceProjection& w, double tokens_per_expert, kernels::DecodeEpilogue epi) const {
+    const char* e = epi == kernels::DecodeEpilogue::swiglu ? "swiglu"
+                    : epi == kernels::DecodeEpilogue::scatter_add ? "scatter_add" : "store";
+    return {std::string("decode ") + e + (split_k.size() ? " split-k" : ""), to_string(w.format), w.n, w.k, w.experts,
+            plan::token_bucket(tokens_per_expert)};
   }
 
   // The tuned tile for this GEMM and bucket when the cache has one that the
   // planner still accepts here; otherwise the planner's ranking.
-  TileChoice choose_tile(const DeviceProjection& w, double tokens_per_expert, int64_t active) const {
+  TileChoice choose_tile(const DeviceProjection& w, double tokens_per_expert, int64_t active,
+                         kernels::DecodeEpilogue epi) const {
     TileChoice c;
     if (cache) {
-      if (const auto e = cache->find(tune_key(w, tokens_per_expert))) {
+      if (const auto e = cache->find(tune_key(w, tokens_per_expert, epi))) {
         for (int i = 0; i < plan::kNumDecodeTiles; ++i) {
           if (plan::decode_tile_name(i) != e->tile) continue;
           const plan::SmemPlan p = plan::plan_decode_tile(i, w.n, w.k, budget);
@@ -111,8 +117,8 @@ struct MoeLayer::Impl {
     a.gather = gather;
     a.permuted_rows = rows;
     a.expert_offsets = offs;
-    // permute writes the offsets (the shared expert's are constant); the kernel
-    // right before a routed GEMM is the row copy, GEMM1 or a memset, never permute
+    // permute writes the offsets (the shared expert's {0, T} too), and the kernel
+    // right before any GEMM is the row copy, a GEMM or a memset, never permute
     a.offsets_ready_at_launch = true;
     a.y = y;
     a.epilogue = epi;
@@ -176,7 +182,7 @@ struct MoeLayer::Impl {
 
   void gemm(const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather, int64_t rows, const int32_t* offs,
             kernels::DecodeEpilogue epi, __nv_bfloat16* y, double tokens_per_expert, int64_t active, cudaStream_t stream) {
-    launch_gemm(choose_tile(w, tokens_per_expert, active), w, x, gather, rows, offs, epi, y, stream);
+    launch_gemm(choose_tile(w, tokens_per_expert, active, epi), w, x, gather, rows, offs, epi, y, stream);
   }
 };
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 
 #include "format/prepare_decode.hpp"
@@ -106,8 +107,9 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   // (dependent launch: it may start while that one runs)
   args.offsets_ready_at_launch = behind_another;
   DeviceBuffer<uint16_t> decoy(behind_another ? dy.size() : 0);
-  cudaStream_t stream = nullptr;
+  cudaStream_t stream = nullptr;  // the legacy stream, or with behind_another a stream of its own (freed on any exit)
   if (behind_another) FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream_owner(stream, cudaStreamDestroy);
   auto launch_gemm = [&] {
     if (behind_another) {
       kernels::DecodeGemmArgs first = args;
@@ -145,7 +147,6 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
     ref.resize(size_t(stop_at * n));
   }
   r.rel_err = test::rel_frobenius(got, ref, &r.unwritten);
-  if (stream) FP4MOE_CUDA_CHECK(cudaStreamDestroy(stream));
   return r;
 }
 
@@ -405,8 +406,8 @@ TEST(GpuDecodeGemm, SplitKPartsSumInSplitOrder) {
 }
 
 // Small enough for compute-sanitizer: the split hand-over (slots, fence,
-// counter, the last CTA's sum) on one tile of each consumer kind, each launch
-// queued behind another and starting early (offsets_ready_at_launch).
+// counter, the last CTA's sum) on one tile of each consumer kind, alone and
+// queued behind another launch, starting early (offsets_ready_at_launch).
 TEST(GpuDecodeGemm, SplitKSmallCase) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
@@ -416,9 +417,11 @@ TEST(GpuDecodeGemm, SplitKSmallCase) {
       if (plan::decode_tile_name(t) == name) tile = t;
     ASSERT_GE(tile, 0) << name;
     if (!plan::plan_decode_tile(tile, 256, 512, budget).fits) continue;
-    const CaseResult r = run_case(Fp4Format::nvfp4, 256, 512, {3, 0, 70}, tile, budget, 8, Rows::gathered, -1, 2, true);
-    expect_split_sums_right(r, name);
-    EXPECT_EQ(r.effective_splits, 2) << name;
+    for (bool behind_another : {false, true}) {
+      const CaseResult r = run_case(Fp4Format::nvfp4, 256, 512, {3, 0, 70}, tile, budget, 8, Rows::gathered, -1, 2, behind_another);
+      expect_split_sums_right(r, name);
+      EXPECT_EQ(r.effective_splits, 2) << name;
+    }
   }
 }
 
