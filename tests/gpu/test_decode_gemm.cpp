@@ -10,6 +10,7 @@
 #include "fp4moe/reference.hpp"
 #include "gpu_test_util.hpp"
 #include "kernels/decode_grouped_gemm.hpp"
+#include "kernels/routing_kernels.hpp"
 #include "plan/decode_plan.hpp"
 #include "plan/split_k.hpp"
 #include "reference/detail.hpp"
@@ -443,6 +444,94 @@ TEST(GpuDecodeGemm, EarlyStartBehindAnotherLaunch) {
         if (splits >= 0) expect_split_sums_right(r, what);
       }
     }
+  }
+}
+
+// The layer's hazard for early start, built on purpose: permute writes the
+// offsets, a GEMM on other offsets follows, and the GEMM under test (early
+// start, rows in order, as the layer's GEMM2) reads permute's offsets before
+// it waits for that GEMM. The offsets start zeroed (no rows): a read from
+// before permute completed would leave the output poisoned.
+TEST(GpuDecodeGemm, EarlyStartSeesOffsetsWrittenTwoLaunchesBack) {
+  FP4MOE_REQUIRE_GPU();
+  const plan::SmemBudget budget = device_capacity();
+  const int64_t n = 256, k = 512, E = 8, T = 48, top_k = 2, P = T * top_k;
+  std::vector<Fp4Matrix> experts(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    const test::Bf16Matrix w = test::random_bf16(n * k, 500 + e, 0.02f);
+    experts[size_t(e)] = quantize(Fp4Format::nvfp4, w.values.data(), n, k);
+  }
+  const PreparedExpertWeights prepared = prepare_decode_weights(experts);
+  const test::Bf16Matrix x = test::random_bf16(P * k, 77);  // rows already in expert order
+  std::mt19937_64 rng(9);
+  std::vector<int32_t> ids(static_cast<size_t>(P));
+  std::vector<int32_t> counts(size_t(E), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t a = int32_t(rng() % E), b = int32_t((a + 1 + rng() % (E - 1)) % E);  // two distinct experts
+    ids[size_t(t * top_k)] = a, ids[size_t(t * top_k + 1)] = b;
+    ++counts[size_t(a)], ++counts[size_t(b)];
+  }
+  std::vector<int32_t> decoy_offsets(size_t(E + 1), 0);
+  for (int64_t e = 0; e < E; ++e) decoy_offsets[size_t(e + 1)] = decoy_offsets[size_t(e)] + int32_t(P / E);
+
+  DeviceBuffer<uint8_t> dw(prepared.weights), ds(prepared.scales);
+  DeviceBuffer<float> dgs(prepared.dequant_scale);
+  DeviceBuffer<uint16_t> dx(x.bits), dy(size_t(P * n)), decoy(size_t(P * n));
+  DeviceBuffer<int32_t> dids(ids), doff(static_cast<size_t>(E + 1)), ddecoy_off(decoy_offsets), pair(static_cast<size_t>(P)),
+      token(static_cast<size_t>(P)), pos(static_cast<size_t>(P)), status(static_cast<size_t>(1));
+  cudaStream_t stream = nullptr;
+  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream_owner(stream, cudaStreamDestroy);
+
+  for (int tile : warp_specialized_tiles(n, k, budget)) {
+    const std::string name = plan::decode_tile_name(tile);
+    dy.fill_bytes(0xFF);
+    doff.fill_bytes(0);
+    status.fill_bytes(0);
+    kernels::PermuteArgs pa;
+    pa.topk_ids = dids.get();
+    pa.tokens = T;
+    pa.experts = int(E);
+    pa.top_k = int(top_k);
+    pa.expert_offsets = doff.get();
+    pa.permuted_pair = pair.get();
+    pa.permuted_token = token.get();
+    pa.pair_pos = pos.get();
+    pa.status = status.get();
+    kernels::DecodeGemmArgs g;
+    g.weights = dw.get();
+    g.scales = ds.get();
+    g.dequant_scale = dgs.get();
+    g.num_experts = E;
+    g.n = n;
+    g.k = k;
+    g.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+    g.permuted_rows = P;
+    g.offsets_ready_at_launch = true;
+    kernels::DecodeGemmArgs first = g;
+    first.expert_offsets = ddecoy_off.get();
+    first.y = reinterpret_cast<__nv_bfloat16*>(decoy.get());
+    g.expert_offsets = doff.get();
+    g.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
+    const kernels::DecodeLaunch launch{tile, plan::plan_decode_tile(tile, n, k, budget).stages, 0, 0, 1};
+    kernels::launch_permute(pa, stream);
+    kernels::launch_decode_grouped_gemm(first, launch, stream);
+    kernels::launch_decode_grouped_gemm(g, launch, stream);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    const std::vector<int32_t> got_off = doff.download();
+    std::vector<float> ref(size_t(P * n)), got(size_t(P * n));
+    const std::vector<uint16_t> ybits = dy.download();
+    for (int64_t e = 0; e < E; ++e) {
+      ASSERT_EQ(got_off[size_t(e + 1)] - got_off[size_t(e)], counts[size_t(e)]) << name << " expert " << e;
+      const int64_t r0 = got_off[size_t(e)], rows = counts[size_t(e)];
+      if (rows) expert_gemm_reference(experts[size_t(e)], x.values.data() + r0 * k, rows, ref.data() + r0 * n);
+    }
+    for (int64_t i = 0; i < P * n; ++i) got[size_t(i)] = bf16_to_float(ybits[size_t(i)]);
+    int64_t unwritten = 0;
+    const double err = test::rel_frobenius(got, ref, &unwritten);
+    EXPECT_EQ(unwritten, 0) << name;
+    EXPECT_LT(err, 1e-2) << name;
   }
 }
 
