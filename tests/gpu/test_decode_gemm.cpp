@@ -38,6 +38,23 @@ enum class Rows {
   contiguous,  // row p reads X[p], X has P rows (warp-specialized tiles: nt-row TMA boxes)
 };
 
+// A GEMM's arguments for prepared weights and activation rows on the device;
+// routing, outputs and row count are the caller's.
+kernels::DecodeGemmArgs weights_and_rows(const DeviceBuffer<uint8_t>& w, const DeviceBuffer<uint8_t>& s,
+                                         const DeviceBuffer<float>& gs, Fp4Format format, int64_t experts, int64_t n,
+                                         int64_t k, const DeviceBuffer<uint16_t>& x) {
+  kernels::DecodeGemmArgs a;
+  a.weights = w.get();
+  a.scales = s.get();
+  a.dequant_scale = gs.get();
+  a.format = format;
+  a.num_experts = experts;
+  a.n = n;
+  a.k = k;
+  a.x = reinterpret_cast<const __nv_bfloat16*>(x.get());
+  return a;
+}
+
 // Expert e gets counts[e] rows; each row gathers a random token of X [T, K]
 // (or, contiguous, reads row p of X [P, K]).
 CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<int>& counts, int tile,
@@ -69,15 +86,7 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   DeviceBuffer<int32_t> doff(offsets), dgather(gather);
   dy.fill_bytes(0xFF);  // bf16 NaN: every element must be overwritten
 
-  kernels::DecodeGemmArgs args;
-  args.weights = dw.get();
-  args.scales = ds.get();
-  args.dequant_scale = dgs.get();
-  args.format = format;
-  args.num_experts = E;
-  args.n = n;
-  args.k = k;
-  args.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+  kernels::DecodeGemmArgs args = weights_and_rows(dw, ds, dgs, format, E, n, k, dx);
   args.gather = contiguous ? nullptr : dgather.get();
   args.permuted_rows = stop_at >= 0 ? stop_at : P;  // stop_at < P: a caller's P below expert_offsets[E]
   DeviceBuffer<uint16_t> workspace(size_t(std::max<int64_t>(P, 1) * k));
@@ -498,14 +507,7 @@ TEST(GpuDecodeGemm, EarlyStartSeesOffsetsWrittenTwoLaunchesBack) {
     pa.permuted_token = token.get();
     pa.pair_pos = pos.get();
     pa.status = status.get();
-    kernels::DecodeGemmArgs g;
-    g.weights = dw.get();
-    g.scales = ds.get();
-    g.dequant_scale = dgs.get();
-    g.num_experts = E;
-    g.n = n;
-    g.k = k;
-    g.x = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+    kernels::DecodeGemmArgs g = weights_and_rows(dw, ds, dgs, Fp4Format::nvfp4, E, n, k, dx);
     g.permuted_rows = P;
     g.offsets_ready_at_launch = true;
     kernels::DecodeGemmArgs first = g;
