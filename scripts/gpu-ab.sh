@@ -9,6 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 4 ] || { echo "usage: $0 DIR_A DIR_B ROUNDS PROGRAM [ARGS...]" >&2; exit 2; }
 A=$1 B=$2 ROUNDS=$3 PROG=$4
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-ab: ROUNDS = '$ROUNDS' is not a positive number" >&2; exit 2; }
 shift 4
 OUT=${OUT:-/tmp/fp4moe-out}
 mkdir -p "$OUT/ab"

@@ -8,8 +8,13 @@ OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
 mkdir -p "$OUT/profile"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null)
+[ $# -ge 1 ] || { echo "usage: $0 NAME:GEMM:TOKENS:TILE [...]   e.g. g2t512:gemm2:512:26" >&2; exit 2; }
 for spec in "$@"; do
   IFS=: read -r name gemm tokens tile <<< "$spec"
+  if ! [[ "$name" =~ ^[A-Za-z0-9_.-]+$ && "$gemm" =~ ^(gemm1|gemm1p|gemm2)$ && "$tokens" =~ ^[0-9]+$ && "$tile" =~ ^[0-9]+$ ]]; then
+    echo "gpu-profile: '$spec' is not NAME:GEMM:TOKENS:TILE (GEMM gemm1, gemm1p or gemm2; TOKENS and TILE numbers)" >&2
+    exit 2
+  fi
   d="$OUT/profile/$name"
   ncu --clock-control none -k regex:grouped_gemm --launch-skip 6 --launch-count 1 \
     --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters \

@@ -128,7 +128,12 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     return min(stages, kt_begin(blockIdx.x % parts + 1, parts) - kt_begin(blockIdx.x % parts, parts));
   };
   const int rowgroups_per_expert = static_cast<int>(p.n / 16);
-  auto first_rowgroup = [&](const WorkItem& w) { return w.expert * rowgroups_per_expert + w.ntile * kRowGroups; };
+  // The weights and scales of K stage kt of item w into the ring slot at st (one tensor copy each).
+  auto copy_weights = [&](uint8_t* st, int kt, const WorkItem& w, uint64_t* bar) {
+    const int rowgroup0 = w.expert * rowgroups_per_expert + w.ntile * kRowGroups;  // the tile's first 16-row group
+    async::tensor_copy_3d(st + L.weight_offset(), &maps.weights, 0, kt * (T.bk / 32), rowgroup0, bar);
+    async::tensor_copy_2d(st + L.scale_offset(), &maps.scales, kt * T.bk, rowgroup0, bar);
+  };
 
   // Up to here the launch may overlap the previous kernel's tail (dependent
   // launch): shared memory, and with early offsets the schedule and the weights.
@@ -142,10 +147,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
         const WorkItem w = item(blockIdx.x, parts);
         const int kt0 = kt_begin(blockIdx.x % parts, parts);
         for (int s = 0; s < pre; ++s) {  // the full count: the activations follow after the wait
-          uint8_t* st = smem + s * L.smem_bytes_per_stage();
           async::mbarrier_arrive_expect_tx(&full[s], kStageTx + kActStageBytes);
-          async::tensor_copy_3d(st + L.weight_offset(), &maps.weights, 0, (kt0 + s) * (T.bk / 32), first_rowgroup(w), &full[s]);
-          async::tensor_copy_2d(st + L.scale_offset(), &maps.scales, (kt0 + s) * T.bk, first_rowgroup(w), &full[s]);
+          copy_weights(smem + s * L.smem_bytes_per_stage(), kt0 + s, w, &full[s]);
         }
       }
     }
@@ -168,7 +171,6 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       if (w.rows <= 0) continue;  // the consumers skip it too
       // (an activation box counts all nt rows; those past the end of x are zero-filled)
       const uint32_t tx = p.debug_mode == 2 ? 0u : kStageTx + kActStageBytes;
-      const int rowgroup0 = first_rowgroup(w);  // the tile's first 16-row group
       const int kt_first = kt_begin(it % parts, parts), kt_end = kt_begin(it % parts + 1, parts);
       for (int kt = kt_first; kt < kt_end; ++kt) {
         // the first item's first `pre` stages: weights and scales already asked for, slot free
@@ -181,10 +183,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
           // instructions per stage however busy the consumers keep the SM's schedulers.
           if (!early) async::mbarrier_arrive_expect_tx(&full[slot], tx);
           if (p.debug_mode != 2) {
-            if (!early) {
-              async::tensor_copy_3d(st + L.weight_offset(), &maps.weights, 0, kt * (T.bk / 32), rowgroup0, &full[slot]);
-              async::tensor_copy_2d(st + L.scale_offset(), &maps.scales, kt * T.bk, rowgroup0, &full[slot]);
-            }
+            if (!early) copy_weights(st, kt, w, &full[slot]);
 #pragma unroll
             for (int a = 0; a < kWGranPerStage; ++a)
               async::tensor_copy_2d(st + L.act_offset() + a * (T.nt * 128), &maps.x, kt * T.bk + a * 64, w.row0,

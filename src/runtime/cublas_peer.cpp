@@ -1,6 +1,7 @@
 #include "runtime/cublas_peer.hpp"
 
 #include <algorithm>
+#include <functional>
 
 #include "fp4moe/error.hpp"
 #include "runtime/captured_graph.hpp"
@@ -41,23 +42,22 @@ TimingStats CublasGroupedPeer::time(size_t shape, const std::vector<std::vector<
   const int64_t n = shapes_[shape].n, k = shapes_[shape].k;
   const __nv_bfloat16* w = weights_[shape].get();
   const float alpha = 1.f, beta = 0.f;
-  const CapturedGraph graph(stream_, [&] {
-    for (const std::vector<int32_t>& counts : routings) {
+  // one cuBLAS call per active expert, the routings back to back in one graph
+  std::vector<std::function<void()>> launches;
+  for (const std::vector<int32_t>& counts : routings)
+    launches.push_back([&, counts = &counts] {
       int64_t row = 0;
-      for (size_t e = 0; e < counts.size(); ++e) {
-        if (!counts[e]) continue;
-        FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), counts[e], int(k), &alpha,
+      for (size_t e = 0; e < counts->size(); ++e) {
+        const int32_t rows = (*counts)[e];
+        if (!rows) continue;
+        FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), rows, int(k), &alpha,
                                          w + int64_t(e) * n * k, CUDA_R_16BF, int(k), x_.get() + row * k, CUDA_R_16BF,
                                          int(k), &beta, y_.get() + row * n, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
                                          CUBLAS_GEMM_DEFAULT));
-        row += counts[e];
+        row += rows;
       }
-    }
-  });
-  TimingStats t = time_on_stream([&] { graph.launch(); }, stream_, 3, reps);
-  const double r = double(routings.size());
-  t.median_ms /= r, t.min_ms /= r, t.max_ms /= r;
-  return t;
+    });
+  return time_graph_sequence(launches, stream_, 3, reps);
 }
 
 }  // namespace fp4moe
