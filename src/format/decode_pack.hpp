@@ -23,22 +23,35 @@
 namespace fp4moe::pack {
 
 // Bit positions in the word of each code's bits {sign, m2, m1, m0},
-// per A register (0..3) and half (0 = low bf16, 1 = high bf16).
+// per A register (0..3) and half (0 = low bf16, 1 = high bf16). Chosen so the
+// four patterns cost 9 integer operations: one mask, two shift-or-rotate and
+// mask, and one register from two pieces (an exhaustive search over shift and
+// rotate placements finds none cheaper; docs/kernels.md, "Dequantization").
 struct CodeBits { int sign, m2, m1, m0; };
 inline constexpr CodeBits kCodeBits[4][2] = {
-    {{15, 8, 7, 6}, {31, 24, 23, 22}},   // reg 0: w & M
-    {{12, 5, 4, 3}, {28, 21, 20, 19}},   // reg 1: (w << 3) & M
-    {{9, 2, 1, 0}, {25, 18, 17, 16}},    // reg 2: (w << 6) & M
-    {{14, 13, 11, 10}, {30, 29, 27, 26}} // reg 3: gathered from the bits left over
+    {{15, 8, 7, 6}, {31, 24, 23, 22}},    // reg 0: w & M
+    {{11, 4, 3, 2}, {27, 20, 19, 18}},    // reg 1: (w << 4) & M
+    {{5, 30, 29, 28}, {21, 14, 13, 12}},  // reg 2: rotl(w, 10) & M
+    {{9, 26, 1, 0}, {25, 10, 17, 16}}     // reg 3: (w << 6) & M except m2, which is rotl(w, 14)
 };
 inline constexpr uint32_t kBf16PairMask = 0x81C081C0u;  // sign 15/31, magnitude 8:6 / 24:22
+inline constexpr uint32_t kReg3ShiftMask = 0x80C080C0u;   // reg 3's bits that (w << 6) brings
+inline constexpr uint32_t kReg3RotateMask = 0x01000100u;  // and its m2 bits, from rotl(w, 14)
+
+FP4MOE_HD uint32_t rotate_left(uint32_t w, int s) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_l(w, w, s);  // one SHF.L.W
+#else
+  return (w << s) | (w >> (32 - s));
+#endif
+}
 
 // The four bf16x2 patterns (value * 2^-126) of one word.
 FP4MOE_HD void unpack_word(uint32_t w, uint32_t out[4]) {
   out[0] = w & kBf16PairMask;
-  out[1] = (w << 3) & kBf16PairMask;
-  out[2] = (w << 6) & kBf16PairMask;
-  out[3] = ((w >> 4) & 0x00C000C0u) | ((w >> 5) & 0x01000100u) | ((w << 1) & 0x80008000u);
+  out[1] = (w << 4) & kBf16PairMask;
+  out[2] = rotate_left(w, 10) & kBf16PairMask;
+  out[3] = ((w << 6) & kReg3ShiftMask) | (rotate_left(w, 14) & kReg3RotateMask);
 }
 
 // Place a 4-bit e2m1 code for (reg, half) into a word.

@@ -67,12 +67,14 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   constexpr int kEpiTokens = static_cast<int>(L.epilogue_tokens());
   constexpr int kProducerThreads = 128;
   // Registers: the launch gives every thread the cap of __launch_bounds__ (multiples
-  // of 8); where that is too few, the producer keeps 72 and the consumers share the rest.
+  // of 8); where that is too few, the producer keeps 72 (40 where four consumer
+  // warpgroups share the SM's registers) and the consumers share the rest.
   constexpr int kRegCap = (65536 / (T.threads() * T.ctas_per_sm)) / 8 * 8;
-  constexpr int kProducerRegs = 72;
-  // Only tiles with 128+ accumulators per thread (64+ with mma.sync, whose
-  // fragments and activation tiles are per warp) are short of registers at the cap.
-  constexpr bool kReallocate = T.warp_m_tiles * T.nt > (T.wgmma ? 128 : 64);
+  constexpr int kProducerRegs = kRegCap < 128 ? 40 : 72;
+  // Tiles with 128+ accumulators per thread (64+ with mma.sync, whose fragments
+  // and activation tiles are per warp) are short of registers at the cap, and
+  // wgmma tiles of four consumer warpgroups (96 each: their A fragment pipeline spills).
+  constexpr bool kReallocate = T.warp_m_tiles * T.nt > (T.wgmma ? 128 : 64) || (T.wgmma && kRegCap < 128);
   constexpr int kConsumerRegs =
       (T.threads() * kRegCap - kProducerThreads * kProducerRegs) / (T.threads() - kProducerThreads) / 8 * 8 > 232
           ? 232

@@ -37,6 +37,33 @@ TEST(PrepareDecode, UnpackGivesEveryCodeTimes2ToMinus126) {
       }
 }
 
+// Whole words (8 codes at once): every pattern half is its own code's value,
+// so no two codes' bits meet in one output bit.
+TEST(PrepareDecode, UnpackWholeWordsMatchTheirCodes) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 20000; ++trial) {
+    uint8_t codes[4][2];
+    uint32_t w = 0;
+    for (int reg = 0; reg < 4; ++reg)
+      for (int half = 0; half < 2; ++half) {
+        codes[reg][half] = static_cast<uint8_t>(rng() & 15);
+        w = pack::place_code(w, reg, half, codes[reg][half]);
+      }
+    uint32_t out[4];
+    pack::unpack_word(w, out);
+    for (int reg = 0; reg < 4; ++reg)
+      for (int half = 0; half < 2; ++half) {
+        const uint32_t bits = half ? out[reg] >> 16 : out[reg] & 0xFFFF;
+        const uint32_t alone = pack::place_code(0, reg, half, codes[reg][half]);
+        uint32_t alone_out[4];
+        pack::unpack_word(alone, alone_out);
+        EXPECT_EQ(bits, half ? alone_out[reg] >> 16 : alone_out[reg] & 0xFFFF) << "word " << std::hex << w;
+        EXPECT_EQ(bf16_bits_to_float(bits) * std::ldexp(1.f, 126), e2m1_decode(codes[reg][half]))
+            << "word " << std::hex << w << " reg " << reg << " half " << half;
+      }
+  }
+}
+
 TEST(PrepareDecode, CodeBitsCoverTheWordOnce) {
   uint32_t seen = 0;
   for (const auto& reg : pack::kCodeBits)
