@@ -233,8 +233,14 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // Narrower K loops for short chunks (below): wgmma atoms exist for every N used
   // (16..128); mma.sync takes n8 tiles in ldmatrix.x4 pairs, an odd last one by ldmatrix.x2.
   constexpr bool kNarrowable = T.wgmma ? T.nt >= 64 : T.nt >= 32;
-  // (not on two-block wgmma tiles: a fourth copy of their pipeline spills registers)
-  constexpr bool kThreeQuarters = kNarrowable && (3 * T.nt / 4) % (T.wgmma ? 16 : 8) == 0 && !(T.wgmma && kMB > 1);
+  // Widths, smallest first: nt/4, nt/2, 3nt/4 and nt; on two-block wgmma tiles
+  // (a fourth copy of their pipeline spills registers) nt/2, 5nt/8 and nt: their
+  // 64-token decode chunks hold 57..72 tokens, so 80 columns rather than 128
+  // above 64, while their short prefill remainders are bound by dequantization.
+  constexpr bool kTwoBlockWgmma = T.wgmma && kMB > 1;
+  constexpr int kWidth0 = kTwoBlockWgmma ? T.nt / 2 : T.nt / 4;
+  constexpr int kWidth1 = kTwoBlockWgmma ? 5 * T.nt / 8 : T.nt / 2;
+  constexpr bool kThreeQuarters = kNarrowable && !kTwoBlockWgmma && (3 * T.nt / 4) % (T.wgmma ? 16 : 8) == 0;
   float acc_odd[kAccSets == 2 ? kMB : 1][kAccSets == 2 ? T.nt / 2 : 1] = {};
   // wgmma: A fragment buffers, one per wgmma step allowed in flight. Two: a third
   // and fourth step in flight measured 8-13% slower on the one-block tiles at 16
@@ -252,8 +258,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     const WorkItem w = item(it, parts);
     if (w.rows <= 0) continue;  // past P: the producer loaded nothing for it
     const int kt0 = kt_begin(it % parts, parts), kt1 = kt_begin(it % parts + 1, parts);
-    // The item's K loop multiplies NU token columns: the smallest of nt/4, nt/2,
-    // 3nt/4 and nt that covers its rows (ragged counts leave many short chunks;
+    // The item's K loop multiplies NU token columns: the smallest width (above)
+    // that covers its rows (ragged counts leave many short chunks;
     // the columns past the rows are never stored). The choice is made once per
     // item, around the whole pipeline: a branch around each wgmma would make
     // ptxas serialize them (C7520).
@@ -316,8 +322,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       }
     };
     if constexpr (kNarrowable) {
-      if (w.rows <= T.nt / 4) k_loop.template operator()<T.nt / 4>();
-      else if (w.rows <= T.nt / 2) k_loop.template operator()<T.nt / 2>();
+      if (w.rows <= kWidth0) k_loop.template operator()<kWidth0>();
+      else if (w.rows <= kWidth1) k_loop.template operator()<kWidth1>();
       else if (kThreeQuarters && w.rows <= 3 * T.nt / 4) k_loop.template operator()<kThreeQuarters ? 3 * T.nt / 4 : T.nt>();
       else k_loop.template operator()<T.nt>();
     } else {
