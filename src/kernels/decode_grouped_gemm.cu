@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 
     if constexpr (T.wgmma) {
       if (p.debug_mode != 1) {
-        const uint32_t xbase = ptx::smem_addr(xst);
+        const uint64_t xdesc = wgmma::smem_desc_k_major_sw128(ptx::smem_addr(xst));
         uint32_t a[2][4];  // double-buffered A: the fragment of step s is live until its wgmma completes
 #pragma unroll
         for (int kk = 0; kk < kWGranPerStage; ++kk) {
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 #pragma unroll
             for (int q = 0; q < 4; ++q) wgmma::fence_operand(a[buf][q]);
             // k16 step kk*4+t of the stage: 64-element atom (kk*4+t)/4 = kk, 32 bytes per k16 inside it.
-            const uint64_t desc = wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32);
+            const uint64_t desc = wgmma::smem_desc_advance(xdesc, kk * (T.nt * 128) + t * 32);
             wgmma::fence();
             wgmma::mma_rs<T.nt>(reinterpret_cast<float(&)[T.nt / 2]>(acc[0][0][0][0]), a[buf], desc);
             wgmma::commit_group();

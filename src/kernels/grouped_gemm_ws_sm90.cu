@@ -271,11 +271,11 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
         if (p.debug_mode == 1) {
           release(slot);
         } else if constexpr (T.wgmma) {
-          const uint32_t xbase = ptx::smem_addr(st + L.act_offset());
+          const uint64_t xdesc = wgmma::smem_desc_k_major_sw128(ptx::smem_addr(st + L.act_offset()));
           uint32_t a[kFragBuffers][kMB][4];  // a fragment stays live until its wgmma has read it
           for_each_k16_step(st, [&](int kk, int t, const uint4(&wq)[kMB], const uint4(&sq)[kMB]) {
               const int q = kk * 4 + t, buf = q % kFragBuffers;
-              const uint64_t desc = wgmma::smem_desc_k_major_sw128(xbase + kk * (T.nt * 128) + t * 32);
+              const uint64_t desc = wgmma::smem_desc_advance(xdesc, kk * (T.nt * 128) + t * 32);
 #pragma unroll
               for (int b = 0; b < kMB; ++b) {
                 dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[buf][b]);

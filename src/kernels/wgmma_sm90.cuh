@@ -23,6 +23,15 @@ __device__ __forceinline__ uint64_t smem_desc_k_major_sw128(uint32_t smem_byte_a
   return d;
 }
 
+// The descriptor of the same layout `bytes` further on (a multiple of 16): the
+// start address is the low 14-bit field in 16-byte units, and shared-memory
+// addresses stay below 2^18, so the sum never carries out of it. One add per
+// wgmma instead of rebuilding the descriptor from the address.
+__device__ __forceinline__ uint64_t smem_desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = uint32_t(desc) + (bytes >> 4);  // the low word alone: no carry to propagate
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 __device__ __forceinline__ void fence() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
