@@ -60,18 +60,11 @@ TimingStats time_gemm(const std::vector<kernels::DecodeGemmArgs>& args, const ke
   return time_graph_sequence(launches, stream, warmup, reps);
 }
 
-RoutedBatch route_random(const MoeConfig& cfg, int64_t T, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> logits(size_t(T * cfg.num_experts));
-  for (float& v : logits) v = d(rng);
-  // Uniform random top-k: i.i.d. logits and a zero correction bias.
-  const std::vector<float> bias(size_t(cfg.num_experts), 0.f);
-  const Routing r = route_reference(cfg, logits.data(), T, cfg.use_correction_bias ? bias : std::vector<float>{});
+RoutedBatch batch_of(const MoeConfig& cfg, const Routing& r) {
   const Permutation p = permute_reference(r, cfg.num_experts);
   RoutedBatch b;
-  b.tokens = T;
-  b.pairs = T * cfg.top_k;
+  b.tokens = r.tokens;
+  b.pairs = r.tokens * cfg.top_k;
   b.offsets = p.expert_offsets;
   b.gather.resize(p.permuted_pair.size());
   for (size_t i = 0; i < p.permuted_pair.size(); ++i) b.gather[i] = int32_t(p.permuted_pair[i] / cfg.top_k);
@@ -82,6 +75,30 @@ RoutedBatch route_random(const MoeConfig& cfg, int64_t T, uint64_t seed) {
     b.max_rows = std::max<int64_t>(b.max_rows, c);
   }
   return b;
+}
+
+RoutedBatch route_random(const MoeConfig& cfg, int64_t T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> logits(size_t(T * cfg.num_experts));
+  for (float& v : logits) v = d(rng);
+  // Uniform random top-k: i.i.d. logits and a zero correction bias.
+  const std::vector<float> bias(size_t(cfg.num_experts), 0.f);
+  return batch_of(cfg, route_reference(cfg, logits.data(), T, cfg.use_correction_bias ? bias : std::vector<float>{}));
+}
+
+// Pair i = t k + j goes to expert (i + shift) mod E: every expert gets T k / E
+// rows (give or take one), so no expert leaves a short last chunk. Against the
+// random routing this isolates what ragged counts cost.
+RoutedBatch route_balanced(const MoeConfig& cfg, int64_t T, uint64_t shift) {
+  Routing r;
+  r.tokens = T;
+  r.top_k = cfg.top_k;
+  for (int64_t i = 0; i < T * cfg.top_k; ++i) {
+    r.topk_ids.push_back(int32_t((i + int64_t(shift)) % cfg.num_experts));
+    r.topk_weights.push_back(1.0f / float(cfg.top_k));
+  }
+  return batch_of(cfg, r);
 }
 
 }  // namespace
@@ -115,6 +132,9 @@ int main(int argc, char** argv) {
   bool early_start = true;
   app.add_flag("!--no-early-start", early_start,
                "Warp-specialized tiles wait for the previous launch before reading their schedule and weights");
+  std::string routing = "random";
+  app.add_option("--routing", routing, "random (i.i.d. top-k) or balanced (every expert T k / E rows: no ragged chunks)")
+      ->check(CLI::IsMember({"random", "balanced"}));
   bool permuted_gemm1 = false;
   app.add_flag("--permuted-gemm1", permuted_gemm1,
                "GEMM1 reads its rows already in expert order (as torch._grouped_mm does) instead of gathering them");
@@ -150,6 +170,7 @@ int main(int argc, char** argv) {
     report["sm_count"] = dev.sm_count;
     report["ceilings"] = {{"copy_tb_per_s", ceil.copy_tb_per_s}, {"bf16_tflop_per_s", ceil.bf16_tflop_per_s}};
     report["model"] = cfg.name;
+    report["routing"] = routing;
     report["experts"] = E;
     json cases = json::array();
 
@@ -190,9 +211,12 @@ int main(int argc, char** argv) {
               bytes, flops,
               std::max(bytes / (ceil.copy_tb_per_s * 1e12), flops / (ceil.bf16_tflop_per_s * 1e12)) * 1e3};
         };
-        std::vector<RoutedBatch> rbs{route_random(cfg, T, 1000 + uint64_t(T))};
+        auto route = [&](size_t i) {
+          return routing == "balanced" ? route_balanced(cfg, T, 37 * i) : route_random(cfg, T, 1000 + uint64_t(T) + 7919 * i);
+        };
+        std::vector<RoutedBatch> rbs{route(0)};
         const int routings = rotate > 0 ? rotate : std::clamp(int(std::ceil(0.25 / floor_of(rbs[0])[2])), 1, 16);
-        while (int(rbs.size()) < routings) rbs.push_back(route_random(cfg, T, 1000 + uint64_t(T) + 7919 * rbs.size()));
+        while (int(rbs.size()) < routings) rbs.push_back(route(rbs.size()));
         const RoutedBatch& rb = rbs[0];
         std::vector<DeviceBuffer<int32_t>> doffs, dgathers;
         std::vector<kernels::DecodeGemmArgs> args;

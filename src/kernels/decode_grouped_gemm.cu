@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   allow_dependent_grids();
 
   // ---- scheduler: token chunks per expert, prefix-summed in shared memory ----
-  if (warp == 0) build_chunk_prefix<T.nt>(tile_prefix, p.expert_offsets, E, lane);
+  if (warp == 0) build_chunk_prefix<T.chunk(), T.nt>(tile_prefix, p.expert_offsets, E, lane);
   __syncthreads();
   const int total_chunks = tile_prefix[E];
   const int n_tiles = static_cast<int>(p.n / T.bm);
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // Chunk-minor order: the chunks of one expert and N tile run side by side, so
   // its weights come from DRAM once and from L2 for the other chunks.
   auto work_item = [&](int j) {
-    return detail::work_item<T.nt, false>(blockIdx.x + j * gridDim.x, tile_prefix, p.expert_offsets, E, total_chunks,
+    return detail::work_item<T.chunk(), false>(blockIdx.x + j * gridDim.x, tile_prefix, p.expert_offsets, E, total_chunks,
                                           n_tiles);
   };
   auto stage_rows = [&](int j) {  // gathered activation rows of item j, for the loader
@@ -337,10 +337,10 @@ plan::SplitKPlan k_split_plan(const DecodeGemmArgs& a, const DecodeLaunch& launc
   if (launch.k_splits > 0) {
     sp.splits = launch.k_splits;
     sp.explanation = "k_splits = " + std::to_string(launch.k_splits) + " as given";
-  } else if (!tile.warp_specialized || !a.split_workspace) {
-    sp.explanation = tile.warp_specialized ? "no split-K workspace" : "all-warps tiles do not split K";
+  } else if (!tile.splits_k() || !a.split_workspace) {
+    sp.explanation = tile.splits_k() ? "no split-K workspace" : "tile " + plan::decode_tile_name(launch.tile) + " does not split K";
   } else {
-    sp = plan::plan_k_splits(launch.tile, a.n, a.k, plan::expected_token_chunks(a.permuted_rows, a.num_experts, tile.nt),
+    sp = plan::plan_k_splits(launch.tile, a.n, a.k, plan::expected_token_chunks(a.permuted_rows, a.num_experts, tile.chunk(), tile.nt),
                              grid, a.split_workspace_bytes);
   }
   return sp;
@@ -415,9 +415,9 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
                   launch.debug_mode, a.permuted_rows, 0, 1, 0, nullptr, nullptr};
   FP4MOE_CHECK(launch.k_splits >= 0 && launch.k_splits <= plan::kMaxKSplits,
                "decode GEMM: k_splits = " << launch.k_splits << " is outside 0.." << plan::kMaxKSplits);
-  FP4MOE_CHECK(tile.warp_specialized || launch.k_splits <= 1,
+  FP4MOE_CHECK(tile.splits_k() || launch.k_splits <= 1,
                "decode GEMM: tile " << plan::decode_tile_name(launch.tile) << " does not split K (k_splits = "
-                                    << launch.k_splits << "); warp-specialized tiles do");
+                                    << launch.k_splits << "); warp-specialized tiles of up to 128 accumulators per thread do");
   // Warp-specialized tiles load every operand through a tensor map (TMA).
   TensorMaps maps{};
   if (tile.warp_specialized) {

@@ -102,9 +102,10 @@ struct WorkItem {
   int expert, row0, rows, ntile;
 };
 
-// Token chunks of `nt` rows per expert, prefix-summed into shared memory by one
-// warp from the device-side expert offsets (no host read-back).
-template <int NT>
+// Token chunks per expert (plan::token_chunks: `Chunk` rows, the last up to
+// `MaxRows`), prefix-summed into shared memory by one warp from the device-side
+// expert offsets (no host read-back).
+template <int Chunk, int MaxRows>
 __device__ __forceinline__ void build_chunk_prefix(int32_t* prefix, const int32_t* offsets, int num_experts, int lane) {
   if (lane == 0) prefix[0] = 0;
   int carry = 0;
@@ -112,7 +113,7 @@ __device__ __forceinline__ void build_chunk_prefix(int32_t* prefix, const int32_
     const int e = base + lane;
     int c = 0;
     // (L2 loads: a warp-specialized launch may read the offsets before it waits for the previous kernel)
-    if (e < num_experts) c = (__ldcg(offsets + e + 1) - __ldcg(offsets + e) + NT - 1) / NT;
+    if (e < num_experts) c = static_cast<int>(plan::token_chunks(__ldcg(offsets + e + 1) - __ldcg(offsets + e), Chunk, MaxRows));
     int incl = c;
 #pragma unroll
     for (int o = 1; o < 32; o *= 2) {
@@ -129,7 +130,7 @@ __device__ __forceinline__ void build_chunk_prefix(int32_t* prefix, const int32_
 //     one chunk per expert, every expert's same N tile at once);
 //   expert-major: all of one expert's (N tile, chunk) items run together, so its
 //     weights and its tokens' activations stay in L2 (prefill, many chunks).
-template <int NT, bool ExpertMajor>
+template <int Chunk, bool ExpertMajor>
 __device__ __forceinline__ WorkItem work_item(int index, const int32_t* prefix, const int32_t* offsets, int num_experts,
                                               int total_chunks, int n_tiles) {
   const int key = ExpertMajor ? index / n_tiles : index % total_chunks;
@@ -150,8 +151,9 @@ __device__ __forceinline__ WorkItem work_item(int index, const int32_t* prefix, 
     chunk = key - prefix[lo];
     w.ntile = index / total_chunks;
   }
-  w.row0 = __ldcg(offsets + lo) + chunk * NT;
-  w.rows = min(NT, __ldcg(offsets + lo + 1) - w.row0);
+  w.row0 = __ldcg(offsets + lo) + chunk * Chunk;
+  // the expert's last chunk takes the rest (up to the tile's nt rows)
+  w.rows = chunk + 1 < prefix[lo + 1] - prefix[lo] ? Chunk : __ldcg(offsets + lo + 1) - w.row0;
   return w;
 }
 

@@ -68,9 +68,10 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   constexpr int kProducerThreads = 128;
   // Registers: the launch gives every thread the cap of __launch_bounds__ (multiples
   // of 8); where that is too few, the producer keeps 72 (40 where four consumer
-  // warpgroups share the SM's registers) and the consumers share the rest.
+  // warpgroups share the SM's registers, or where 144+ accumulators per thread
+  // spill at 216) and the consumers share the rest.
   constexpr int kRegCap = (65536 / (T.threads() * T.ctas_per_sm)) / 8 * 8;
-  constexpr int kProducerRegs = kRegCap < 128 ? 40 : 72;
+  constexpr int kProducerRegs = kRegCap < 128 || T.warp_m_tiles * T.nt > 256 ? 40 : 72;
   // Tiles with 128+ accumulators per thread (64+ with mma.sync, whose fragments
   // and activation tiles are per warp) are short of registers at the cap, and
   // wgmma tiles of four consumer warpgroups (96 each: their A fragment pipeline spills).
@@ -107,14 +108,15 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // counts the same: no split where the real items would overflow the workspace.
   auto splits = [&] {
     const int64_t base = int64_t(prefix[E]) * n_tiles();
-    return p.k_splits > 1 && base <= plan::SplitKWorkspace::kCounters && base * p.k_splits <= p.split_slots ? p.k_splits
-                                                                                                             : 1;
+    return T.splits_k() && p.k_splits > 1 && base <= plan::SplitKWorkspace::kCounters && base * p.k_splits <= p.split_slots
+               ? p.k_splits
+               : 1;
   };
   auto total_items = [&] { return prefix[E] * n_tiles() * splits(); };
   // K stages [kt_begin(s), kt_begin(s + 1)) of part s
   auto kt_begin = [&](int split, int parts) { return static_cast<int>(p.k / T.bk) * split / parts; };
   auto item = [&](int i, int parts) {
-    WorkItem w = work_item<T.nt, true>(i / parts, prefix, p.expert_offsets, E, prefix[E], n_tiles());
+    WorkItem w = work_item<T.chunk(), true>(i / parts, prefix, p.expert_offsets, E, prefix[E], n_tiles());
     // rows at or past P (expert_offsets[E] above the caller's P) are neither loaded nor written
     w.rows = static_cast<int>(min(int64_t(w.rows), p.permuted_rows - w.row0));
     return w;
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // Up to here the launch may overlap the previous kernel's tail (dependent
   // launch): shared memory, and with early offsets the schedule and the weights.
   if (p.offsets_ready_at_launch) {
-    if (warp == 1) build_chunk_prefix<T.nt>(prefix, p.expert_offsets, E, lane);
+    if (warp == 1) build_chunk_prefix<T.chunk(), T.nt>(prefix, p.expert_offsets, E, lane);
     __syncthreads();
     if (tid == 0) {
       const int pre = early_stages();
@@ -157,7 +159,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   }
   wait_for_prior_grid();
   allow_dependent_grids();
-  if (!p.offsets_ready_at_launch && warp == 1) build_chunk_prefix<T.nt>(prefix, p.expert_offsets, E, lane);
+  if (!p.offsets_ready_at_launch && warp == 1) build_chunk_prefix<T.chunk(), T.nt>(prefix, p.expert_offsets, E, lane);
   __syncthreads();
   if (int(blockIdx.x) >= total_items()) return;
 
@@ -236,10 +238,13 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // Widths, smallest first: nt/4, nt/2, 3nt/4 and nt; on two-block wgmma tiles
   // (a fourth copy of their pipeline spills registers) nt/2, 5nt/8 and nt: their
   // 64-token decode chunks hold 57..72 tokens, so 80 columns rather than 128
-  // above 64, while their short prefill remainders are bound by dequantization.
+  // above 64, while their short prefill remainders are bound by dequantization;
+  // on tiles whose chunks are shorter than nt, chunk/2, chunk and nt (the last
+  // chunk's extra rows).
   constexpr bool kTwoBlockWgmma = T.wgmma && kMB > 1;
-  constexpr int kWidth0 = kTwoBlockWgmma ? T.nt / 2 : T.nt / 4;
-  constexpr int kWidth1 = kTwoBlockWgmma ? 5 * T.nt / 8 : T.nt / 2;
+  constexpr bool kChunked = T.chunk() < T.nt;
+  constexpr int kWidth0 = kChunked ? T.chunk() / 2 : kTwoBlockWgmma ? T.nt / 2 : T.nt / 4;
+  constexpr int kWidth1 = kChunked ? T.chunk() : kTwoBlockWgmma ? 5 * T.nt / 8 : T.nt / 2;
   constexpr bool kThreeQuarters = kNarrowable && !kTwoBlockWgmma && (3 * T.nt / 4) % (T.wgmma ? 16 : 8) == 0;
   float acc_odd[kAccSets == 2 ? kMB : 1][kAccSets == 2 ? T.nt / 2 : 1] = {};
   // wgmma: A fragment buffers, one per wgmma step allowed in flight. Two: a third
@@ -251,13 +256,13 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // ldmatrix rows of this lane: token r = (lane % 8) + 8 * (lane / 16) (+ 8 jn), k half (lane / 8) % 2;
   // in the swizzled layout chunk c of token r sits at c ^ (r % 8), and r % 8 = lane % 8.
   const int ld_row = (lane % 8) + (T.nt >= 16 ? (lane / 16) * 8 : 0), ld_khalf = (lane / 8) % 2;
-  const int parts = splits(), items = total_items();
+  // The item, its split and the item count are recomputed where used (a binary
+  // search in shared memory): kept live across the K loop they spill on 144-column tiles.
   int slot = 0, pending = -1;  // pending: the previous stage's slot, released once its wgmma are done
   uint32_t phase = 0;
-  for (int it = blockIdx.x; it < items; it += gridDim.x) {
-    const WorkItem w = item(it, parts);
-    if (w.rows <= 0) continue;  // past P: the producer loaded nothing for it
-    const int kt0 = kt_begin(it % parts, parts), kt1 = kt_begin(it % parts + 1, parts);
+  for (int it = blockIdx.x; it < total_items(); it += gridDim.x) {
+    const int rows = item(it, splits()).rows;
+    if (rows <= 0) continue;  // past P: the producer loaded nothing for it
     // The item's K loop multiplies NU token columns: the smallest width (above)
     // that covers its rows (ragged counts leave many short chunks;
     // the columns past the rows are never stored). The choice is made once per
@@ -265,6 +270,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     // ptxas serialize them (C7520).
     auto k_loop = [&]<int NU>() {
       constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];  // a constant inside the lambda too
+      const int parts = splits(), kt0 = kt_begin(it % parts, parts), kt1 = kt_begin(it % parts + 1, parts);
       for (int kt = kt0; kt < kt1; ++kt) {
         async::mbarrier_wait(&full[slot], phase);
         const uint8_t* st = smem + slot * L.smem_bytes_per_stage();
@@ -322,9 +328,9 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       }
     };
     if constexpr (kNarrowable) {
-      if (w.rows <= kWidth0) k_loop.template operator()<kWidth0>();
-      else if (w.rows <= kWidth1) k_loop.template operator()<kWidth1>();
-      else if (kThreeQuarters && w.rows <= 3 * T.nt / 4) k_loop.template operator()<kThreeQuarters ? 3 * T.nt / 4 : T.nt>();
+      if (rows <= kWidth0) k_loop.template operator()<kWidth0>();
+      else if (rows <= kWidth1) k_loop.template operator()<kWidth1>();
+      else if (kThreeQuarters && rows <= 3 * T.nt / 4) k_loop.template operator()<kThreeQuarters ? 3 * T.nt / 4 : T.nt>();
       else k_loop.template operator()<T.nt>();
     } else {
       k_loop.template operator()<T.nt>();
@@ -342,10 +348,14 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 #pragma unroll
         for (int i = 0; i < T.nt / 2; ++i) acc[b][i] += acc_odd[b][i], acc_odd[b][i] = 0.f;
     }
+    const int parts = splits();
+    const WorkItem w = item(it, parts);
     // A split item: the CTA whose part arrives last sums the parts and writes the tile.
-    const bool write_tile = parts == 1 || sum_split_partials(reinterpret_cast<float(&)[kMB * T.nt / 2]>(acc), p, it / parts,
-                                                             it % parts, parts, tid - kProducerThreads,
-                                                             kConsumerWarps * 32, kAllConsumersBarrier, split_last);
+    bool write_tile = true;
+    if constexpr (T.splits_k())
+      write_tile = parts == 1 || sum_split_partials(reinterpret_cast<float(&)[kMB * T.nt / 2]>(acc), p, it / parts,
+                                                    it % parts, parts, tid - kProducerThreads, kConsumerWarps * 32,
+                                                    kAllConsumersBarrier, split_last);
     if (write_tile) {
       // ---- epilogue of this warpgroup's m64 blocks, kEpiTokens tokens per pass (the producer streams on meanwhile) ----
       const int f = wg_warp * 16 + lane / 4;
@@ -355,7 +365,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
         float* group_epi = epi + group * (L.epilogue_group_bytes() / 4);
         const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + group * 64 + f);
 #pragma unroll
-        for (int pass = 0; pass < T.nt / kEpiTokens; ++pass) {
+        for (int pass = 0; pass < (T.nt + kEpiTokens - 1) / kEpiTokens; ++pass) {
           WorkItem part = w;  // this pass's tokens
           part.row0 = w.row0 + pass * kEpiTokens;
           part.rows = min(kEpiTokens, w.rows - pass * kEpiTokens);
@@ -364,6 +374,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 #pragma unroll
           for (int jn = 0; jn < kEpiTokens / 8; ++jn) {
             const int jj = pass * (kEpiTokens / 8) + jn;
+            if (jj >= T.nt / 8) break;  // the last pass of an nt that kEpiTokens does not divide
             const float v[4] = {acc[b][jj * 4], acc[b][jj * 4 + 1], acc[b][jj * 4 + 2], acc[b][jj * 4 + 3]};
             stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
           }

@@ -12,6 +12,13 @@
 
 namespace fp4moe::plan {
 
+// An expert's token chunks (work items per N tile): 0 for no rows, else the
+// fewest chunks of `chunk` rows whose last holds at most `max_rows` (>= chunk).
+// Host and device (the kernels' schedulers) count with this one function.
+constexpr int64_t token_chunks(int64_t rows, int chunk, int max_rows) {
+  return rows <= 0 ? 0 : rows <= max_rows ? 1 : (rows - max_rows + chunk - 1) / chunk + 1;
+}
+
 struct DecodeTile {
   int bm;           // weight rows (output features) per CTA; 16 * warp_m_tiles per warp
   int nt;           // token columns per CTA (multiple of 8)
@@ -25,7 +32,18 @@ struct DecodeTile {
   // warpgroups dequantize and multiply (src/kernels/grouped_gemm_ws_sm90.cu):
   // with wgmma (m64 x nt per warpgroup) or, without, mma.sync (m16 x n8 per warp).
   bool warp_specialized = false;
+  // Rows of an expert's token chunks when below nt (0: nt). The expert's last
+  // chunk may then hold up to nt rows: with chunks of 128 and nt = 144, an
+  // expert of 129..144 rows is one item and of 257..272 two, where chunks of
+  // 128 would add a third whose dequantization costs as much as a full one
+  // (balanced against random routing at 8192 tokens: 1.2x, docs/kernels.md).
+  int chunk_rows = 0;
 
+  constexpr int chunk() const { return chunk_rows > 0 ? chunk_rows : nt; }
+  constexpr int64_t chunks_of(int64_t rows) const { return token_chunks(rows, chunk(), nt); }
+  // Split-K (plan/split_k.hpp): warp-specialized tiles, but not warpgroup tiles
+  // of more than 128 accumulators per thread, whose split sum would spill registers.
+  constexpr bool splits_k() const { return warp_specialized && !(wgmma && warp_m_tiles * nt > 256); }
   constexpr int warps() const { return bm / (16 * warp_m_tiles); }  // math warps
   // Activations in the 128-byte-swizzled K-major layout that wgmma descriptors
   // and TMA boxes use; ldmatrix reads it without bank conflicts too.
@@ -76,6 +94,9 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     {256, 32, 256, 1, 4, 1, false, true},
     {256, 64, 128, 2, 6, 1, false, true},
     {128, 128, 128, 1, 3, 1, false, true},  // 64..128 tokens per expert: one chunk, the K loop narrowed to the rows
+    // Prefill (128+ tokens per expert): chunks of 128 whose last takes up to 16
+    // more rows (see chunk_rows), so random routing's ragged counts add fewer items.
+    {256, 144, 128, 2, 3, 1, true, true, 128},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 
@@ -116,9 +137,10 @@ struct DecodeSmemLayout {
   constexpr int64_t epilogue_groups() const { return tile.bm / epilogue_group_rows(); }
   constexpr int64_t epilogue_row_stride() const { return (epilogue_group_rows() + 4) * 4; }
   // Tokens staged at once: all of them, except on wide warp-specialized tiles
-  // (bm x nt > 128 x 128), which stage 64 at a time to leave room for stages.
+  // (bm x nt > 128 x 128), which stage 64 (48 where 64 does not divide nt: 136
+  // and 144 rows) at a time to leave room for three stages.
   constexpr int64_t epilogue_tokens() const {
-    return tile.warp_specialized && int64_t(tile.bm) * tile.nt > 128 * 128 ? 64 : tile.nt;
+    return tile.warp_specialized && int64_t(tile.bm) * tile.nt > 128 * 128 ? (tile.nt % 64 == 0 ? 64 : 48) : tile.nt;
   }
   constexpr int64_t epilogue_group_bytes() const { return epilogue_tokens() * epilogue_row_stride(); }
   constexpr int64_t epilogue_bytes() const { return align_up(epilogue_groups() * epilogue_group_bytes(), kSmemAlign); }
@@ -165,7 +187,9 @@ constexpr DecodeSmemLayout decode_layout(int tile_index) { return DecodeSmemLayo
 constexpr bool decode_tiles_valid() {
   for (const DecodeTile& t : kDecodeTiles) {
     if (t.nt % 8 || t.bk % kScaleGranuleK || t.bm % (16 * t.warp_m_tiles) || t.warps() < 1 || t.warps() > 16) return false;
-    if (t.nt % (2 * 8) && t.nt != 8) return false;  // ldmatrix.x4 covers two n8 tiles
+    if (t.nt % (2 * 8) && t.nt != 8 && !t.wgmma) return false;  // ldmatrix.x4 covers two n8 tiles
+    // chunks below nt: warp-specialized wgmma tiles, whose narrowed K loops run chunk / 2 and chunk columns
+    if (t.chunk() > t.nt || (t.chunk() < t.nt && (!t.wgmma || !t.warp_specialized || t.chunk() % 32))) return false;
     if (t.ctas_per_sm < 1 || t.max_stages < DecodeSmemLayout::kMinStages || t.max_stages > 8) return false;
     if (t.wgmma && !t.warp_specialized &&
         (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64))
@@ -175,7 +199,8 @@ constexpr bool decode_tiles_valid() {
       // consumer warpgroup (mma.sync consumers: warp_m_tiles m16 tiles per warp, the same rows)
       if (t.warp_m_tiles < 1 || t.warp_m_tiles > 2 || t.bm % (64 * t.warp_m_tiles) || t.bk % 64) return false;
       if (t.consumer_warpgroups() < 1 || t.consumer_warpgroups() > 4) return false;
-      if (t.nt != 8 && t.nt != 16 && t.nt != 32 && t.nt != 64 && t.nt != 128) return false;
+      if (t.nt != 8 && t.nt != 16 && t.nt != 32 && t.nt != 64 && t.nt != 128 && !(t.wgmma && (t.nt == 136 || t.nt == 144)))
+        return false;
       if (!t.wgmma && t.warp_m_tiles * t.nt > 128) return false;  // mma.sync accumulators: at most 64 per thread
     }
   }

@@ -15,7 +15,8 @@ std::string decode_tile_name(int tile_index) {
   const DecodeTile& t = kDecodeTiles[tile_index];
   std::ostringstream os;
   os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles << "_c" << t.ctas_per_sm
-     << (t.warp_specialized ? (t.wgmma ? "_ws" : "_ws_sync") : t.wgmma ? "_wgmma" : "");
+     << (t.warp_specialized ? (t.wgmma ? "_ws" : "_ws_sync") : t.wgmma ? "_wgmma" : "")
+     << (t.chunk() < t.nt ? "_ch" + std::to_string(t.chunk()) : std::string());
   return os.str();
 }
 
@@ -153,9 +154,10 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // On sm_90 the warp-specialized tiles win (bench/results/2026-11-30-gathercopy-*):
   // below ~24 tokens per expert those with mma.sync consumers; from ~24 the
   // warpgroup-MMA tiles, 64-token bm256 (four consumer warpgroups) to ~48, then
-  // the 128-token tile with the most weight rows per activation byte.
+  // the 128-token tile with the most weight rows per activation byte; from
+  // ~112 its variant whose last chunk per expert takes up to 16 more rows.
   if (capacity.cc == 90 && tokens_per_expert >= 24 && !std::getenv("FP4MOE_DISABLE_WGMMA")) {
-    const int nt = tokens_per_expert >= 48 ? 128 : 64;
+    const int nt = tokens_per_expert >= 112 ? 144 : tokens_per_expert >= 48 ? 128 : 64;
     const int m_tiles = tokens_per_expert >= 48 ? 2 : 1;
     for (int i = 0; i < kNumDecodeTiles; ++i) {
       const DecodeTile& t = kDecodeTiles[i];
@@ -172,7 +174,7 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
     if (!p.fits) continue;
     const DecodeTile& t = kDecodeTiles[i];
     if (t.wgmma) continue;  // below ~24 tokens per expert only the tuner picks warpgroup-MMA tiles
-    const double chunks = std::ceil(std::max(1.0, tokens_per_expert) / t.nt);
+    const double chunks = double(t.chunks_of(int64_t(std::ceil(std::max(1.0, tokens_per_expert)))));
     const double items = double(active_experts) * chunks * double(n / t.bm);
     double score = (t.nt == want_nt ? 1000.0 : -std::abs(std::log2(double(t.nt) / want_nt)) * 100.0) +
                    std::min(t.ctas_per_sm * t.warps(), 24) * 4.0 + std::min(p.stages, 5) + t.bk / 256.0;

@@ -4,14 +4,15 @@
 #include <sstream>
 
 #include "fp4moe/error.hpp"
+#include "plan/decode_plan.hpp"
 
 namespace fp4moe::plan {
 
-int64_t expected_token_chunks(int64_t permuted_rows, int64_t num_experts, int nt) {
-  if (permuted_rows <= 0 || num_experts <= 0 || nt <= 0) return 0;
+int64_t expected_token_chunks(int64_t permuted_rows, int64_t num_experts, int chunk, int max_rows) {
+  if (permuted_rows <= 0 || num_experts <= 0 || chunk <= 0 || max_rows < chunk) return 0;
   const int64_t active = std::min(num_experts, permuted_rows);
   const int64_t rows_per_expert = (permuted_rows + active - 1) / active;
-  return active * ((rows_per_expert + nt - 1) / nt);
+  return active * token_chunks(rows_per_expert, chunk, max_rows);
 }
 
 SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_chunks, int resident_ctas,
@@ -26,8 +27,8 @@ SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_
     return double(units) / double(rounds * R);
   };
   std::ostringstream why;
-  if (!t.warp_specialized || items <= 0 || R <= 0 || t.bk <= 0) {
-    p.explanation = t.warp_specialized ? "no work items" : "all-warps tiles do not split K";
+  if (!t.splits_k() || items <= 0 || R <= 0 || t.bk <= 0) {
+    p.explanation = !t.splits_k() ? "tile " + decode_tile_name(tile_index) + " does not split K" : "no work items";
     return p;
   }
   p.balance = balance(1);

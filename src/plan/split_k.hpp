@@ -30,9 +30,10 @@ inline constexpr int kMaxKSplits = 8;
 // What the layer and the benchmark allocate: 1023 slots of a bm256 x nt16 tile, 4092 of bm128 x nt8.
 inline constexpr int64_t kSplitKWorkspaceBytes = int64_t(16) << 20;
 
-// Token chunks of `nt` rows a launch is expected to have (host estimate; the
-// kernel counts the real ones): min(E, P) active experts sharing the P rows.
-int64_t expected_token_chunks(int64_t permuted_rows, int64_t num_experts, int nt);
+// Token chunks a launch is expected to have (host estimate; the kernel counts
+// the real ones): min(E, P) active experts sharing the P rows, each cut as
+// token_chunks(rows, chunk, max_rows) cuts it (a tile's chunk() and nt).
+int64_t expected_token_chunks(int64_t permuted_rows, int64_t num_experts, int chunk, int max_rows);
 
 struct SplitKPlan {
   int splits = 1;

@@ -58,13 +58,14 @@ TEST(DecodePlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
       const int t = rank_decode_tiles(4096, 6144, budget_of(arch), tpe, 256, 132);
       ASSERT_GE(t, 0) << arch.name << " " << tpe;
       // sm_90: warp-specialized at every size, with warpgroup MMA from 24 tokens per expert:
-      // 64-token tiles below 48, 128-token tiles above
+      // 64-token tiles below 48, 128-token tiles above, from 112 the one whose last chunk takes 16 more rows
       EXPECT_EQ(kDecodeTiles[t].warp_specialized, arch.cc == 90) << arch.name << " tokens/expert " << tpe << ": "
                                                                   << decode_tile_name(t);
       EXPECT_EQ(kDecodeTiles[t].wgmma, arch.cc == 90 && tpe >= 24) << arch.name << " tokens/expert " << tpe << ": "
                                                                      << decode_tile_name(t);
       if (arch.cc == 90 && tpe >= 24) {
-        EXPECT_EQ(kDecodeTiles[t].nt, tpe >= 48 ? 128 : 64) << decode_tile_name(t);
+        EXPECT_EQ(kDecodeTiles[t].nt, tpe >= 112 ? 144 : tpe >= 48 ? 128 : 64) << decode_tile_name(t);
+        EXPECT_EQ(kDecodeTiles[t].chunk(), tpe >= 48 ? 128 : 64) << decode_tile_name(t);
       }
     }
   }
@@ -129,6 +130,30 @@ TEST(DecodePlan, TensorMapBoxesAreThePlannedStages) {
       }
   }
   EXPECT_GT(checked, 40);
+}
+
+TEST(DecodePlan, TokenChunksCoverEveryRowWithinTheTile) {
+  for (int i = 0; i < kNumDecodeTiles; ++i) {
+    const DecodeTile& t = kDecodeTiles[i];
+    for (int64_t rows = 0; rows <= 4 * t.nt + 17; ++rows) {
+      const int64_t c = t.chunks_of(rows);
+      if (rows == 0) {
+        EXPECT_EQ(c, 0);
+        continue;
+      }
+      // the kernel's items: c - 1 chunks of chunk() rows, then the rest, which must fit the tile's nt columns
+      const int64_t last = rows - (c - 1) * t.chunk();
+      EXPECT_GT(last, 0) << decode_tile_name(i) << " rows " << rows;
+      EXPECT_LE(last, t.nt) << decode_tile_name(i) << " rows " << rows;
+      // and no fewer chunks would do
+      if (c > 1) {
+        EXPECT_GT(rows - (c - 2) * t.chunk(), t.nt) << decode_tile_name(i) << " rows " << rows;
+      }
+      if (t.chunk() == t.nt) {
+        EXPECT_EQ(c, (rows + t.nt - 1) / t.nt);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -15,11 +15,16 @@ int tile_named(const std::string& name) {
 }
 
 TEST(SplitKPlan, ExpectedChunksFollowTheRowsPerExpert) {
-  EXPECT_EQ(expected_token_chunks(8, 256, 8), 8);       // one token, top-8: 8 experts, one chunk each
-  EXPECT_EQ(expected_token_chunks(1, 1, 8), 1);         // the shared expert at one token
-  EXPECT_EQ(expected_token_chunks(1024, 256, 8), 256);  // 4 rows per expert
-  EXPECT_EQ(expected_token_chunks(8192, 256, 8), 1024); // 32 rows per expert: 4 chunks of 8
-  EXPECT_EQ(expected_token_chunks(0, 256, 8), 0);
+  EXPECT_EQ(expected_token_chunks(8, 256, 8, 8), 8);       // one token, top-8: 8 experts, one chunk each
+  EXPECT_EQ(expected_token_chunks(1, 1, 8, 8), 1);         // the shared expert at one token
+  EXPECT_EQ(expected_token_chunks(1024, 256, 8, 8), 256);  // 4 rows per expert
+  EXPECT_EQ(expected_token_chunks(8192, 256, 8, 8), 1024); // 32 rows per expert: 4 chunks of 8
+  EXPECT_EQ(expected_token_chunks(0, 256, 8, 8), 0);
+  // chunks of 128 whose last may hold 144 rows: 272 rows per expert are two chunks, 273 three
+  EXPECT_EQ(expected_token_chunks(272 * 256, 256, 128, 144), 512);
+  EXPECT_EQ(expected_token_chunks(273 * 256, 256, 128, 144), 768);
+  EXPECT_EQ(expected_token_chunks(144 * 256, 256, 128, 144), 256);
+  EXPECT_EQ(expected_token_chunks(145 * 256, 256, 128, 144), 512);
 }
 
 TEST(SplitKPlan, SplitsWhereFewItemsLeaveSmsIdle) {
@@ -50,9 +55,9 @@ TEST(SplitKPlan, NoSplitWhereItemsBalanceOrCannotSplit) {
                           SplitKWorkspace::kCounterBytes + 16 * SplitKWorkspace::slot_bytes(kDecodeTiles[sync256]))
                 .splits,
             1);
-  // all-warps tiles do not split
+  // all-warps tiles do not split, nor wgmma tiles of 136+ accumulators per thread
   for (int t = 0; t < kNumDecodeTiles; ++t) {
-    if (!kDecodeTiles[t].warp_specialized) {
+    if (!kDecodeTiles[t].splits_k()) {
       EXPECT_EQ(plan_k_splits(t, 4096, 6144, 1, 264, kSplitKWorkspaceBytes).splits, 1) << decode_tile_name(t);
     }
   }

@@ -108,7 +108,7 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
     launch.k_splits = k_splits;
     const plan::DecodeTile& t = plan::kDecodeTiles[tile];
     int64_t chunks = 0;
-    for (int c : counts) chunks += (c + t.nt - 1) / t.nt;
+    for (int c : counts) chunks += t.chunks_of(c);
     const int planned = kernels::decode_launch_k_splits(args, launch).splits;
     r.effective_splits = chunks * (n / t.bm) * planned <= plan::SplitKWorkspace::slots(t, args.split_workspace_bytes) ? planned : 1;
   }
@@ -304,7 +304,8 @@ namespace fp4moe {
 namespace {
 
 // The warpgroup-MMA tiles (sm_90a) at prefill sizes: 65..4096 tokens per
-// expert, ragged counts, both formats, and a GLM-5 shape.
+// expert, ragged counts (129..144 and 257..272: a chunk of 128 with up to 16
+// more rows on the tile whose last chunk takes them), both formats, and a GLM-5 shape.
 TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
@@ -322,7 +323,7 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
     const bool prefill_tile = t.nt >= 64;
     for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4}) {
       if (f == Fp4Format::mxfp4 && !prefill_tile) continue;
-      const CaseResult r = run_case(f, 256, 2048, {65, 0, 100, 128, 129, 255, 256, 1000, 4096, 3, 168}, tile, budget, 41 + tile);
+      const CaseResult r = run_case(f, 256, 2048, {65, 0, 100, 128, 129, 255, 256, 1000, 4096, 3, 168, 144, 145, 272, 273, 140}, tile, budget, 41 + tile);
       EXPECT_EQ(r.unwritten, 0) << p.config;
       EXPECT_LT(r.rel_err, 1e-2) << p.config << " " << to_string(f);
       std::printf("  %-30s %-5s rel err %.3e\n", p.config.c_str(), to_string(f), r.rel_err);
@@ -405,6 +406,7 @@ TEST(GpuDecodeGemm, SplitKPartsSumInSplitOrder) {
   const plan::SmemBudget budget = device_capacity();
   for (int tile : warp_specialized_tiles(512, 2048, budget)) {
     for (int splits : {0, 2, 3, 8}) {
+      if (splits > 1 && !plan::kDecodeTiles[tile].splits_k()) continue;  // refused (SplitKRejectsWhatItCannotRun)
       for (const std::vector<int>& counts : {std::vector<int>{65, 0, 3, 130}, std::vector<int>{1, 1, 0, 1, 1, 1, 1, 1, 1}}) {
         const Rows m = splits == 3 ? Rows::contiguous : Rows::gathered;
         const std::string what = plan::decode_tile_name(tile) + " k_splits " + std::to_string(splits) + ", " +
@@ -443,6 +445,7 @@ TEST(GpuDecodeGemm, EarlyStartBehindAnotherLaunch) {
   const plan::SmemBudget budget = device_capacity();
   for (int tile : warp_specialized_tiles(512, 2048, budget)) {
     for (int splits : {-1, 0, 3}) {
+      if (splits > 1 && !plan::kDecodeTiles[tile].splits_k()) continue;
       for (const std::vector<int>& counts : {std::vector<int>{65, 0, 3, 130}, std::vector<int>{1, 1, 0, 1, 1, 1, 1, 1, 1}}) {
         const Rows m = splits == 0 ? Rows::contiguous : Rows::gathered;
         const std::string what = plan::decode_tile_name(tile) + " k_splits " + std::to_string(splits) + ", " +
@@ -547,7 +550,7 @@ TEST(GpuDecodeGemm, SplitKRejectsWhatItCannotRun) {
     EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 512, {3, 1}, tile, budget, 3, Rows::gathered, -1, plan::kMaxKSplits + 1),
                  Error)
         << name;
-    if (!plan::kDecodeTiles[tile].warp_specialized) {
+    if (!plan::kDecodeTiles[tile].splits_k()) {
       EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 512, {3, 1}, tile, budget, 3, Rows::gathered, -1, 2), Error) << name;
       continue;
     }
