@@ -7,11 +7,11 @@ import sys
 
 
 def family(tile):
-    if tile.endswith("_ws_sync"):
-        return "ws mma.sync"
-    if tile.endswith("_ws"):
-        return "ws wgmma"
-    if tile.endswith("_wgmma"):
+    # the kind is the name's part after _c<ctas>_ (a chunk suffix such as _ch128 may follow)
+    parts = tile.split("_")
+    if "ws" in parts:
+        return "ws mma.sync" if "sync" in parts else "ws wgmma"
+    if "wgmma" in parts:
         return "all-warps wgmma"
     return "all-warps mma.sync"
 

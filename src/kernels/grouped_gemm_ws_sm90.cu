@@ -256,12 +256,16 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // ldmatrix rows of this lane: token r = (lane % 8) + 8 * (lane / 16) (+ 8 jn), k half (lane / 8) % 2;
   // in the swizzled layout chunk c of token r sits at c ^ (r % 8), and r % 8 = lane % 8.
   const int ld_row = (lane % 8) + (T.nt >= 16 ? (lane / 16) * 8 : 0), ld_khalf = (lane / 8) % 2;
-  // The item, its split and the item count are recomputed where used (a binary
-  // search in shared memory): kept live across the K loop they spill on 144-column tiles.
+  // Tiles of 136+ accumulators per thread recompute the item, its split and the
+  // item count where used (a binary search in shared memory): kept live across
+  // the K loop, they spill there. The others keep them.
+  constexpr bool kRecomputeItem = kMB * T.nt > 256;
+  const int parts_kept = splits(), items_kept = total_items();
   int slot = 0, pending = -1;  // pending: the previous stage's slot, released once its wgmma are done
   uint32_t phase = 0;
-  for (int it = blockIdx.x; it < total_items(); it += gridDim.x) {
-    const int rows = item(it, splits()).rows;
+  for (int it = blockIdx.x; it < (kRecomputeItem ? total_items() : items_kept); it += gridDim.x) {
+    const WorkItem w_kept = item(it, kRecomputeItem ? splits() : parts_kept);
+    const int rows = w_kept.rows;
     if (rows <= 0) continue;  // past P: the producer loaded nothing for it
     // The item's K loop multiplies NU token columns: the smallest width (above)
     // that covers its rows (ragged counts leave many short chunks;
@@ -270,7 +274,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     // ptxas serialize them (C7520).
     auto k_loop = [&]<int NU>() {
       constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];  // a constant inside the lambda too
-      const int parts = splits(), kt0 = kt_begin(it % parts, parts), kt1 = kt_begin(it % parts + 1, parts);
+      const int parts = kRecomputeItem ? splits() : parts_kept;
+      const int kt0 = kt_begin(it % parts, parts), kt1 = kt_begin(it % parts + 1, parts);
       for (int kt = kt0; kt < kt1; ++kt) {
         async::mbarrier_wait(&full[slot], phase);
         const uint8_t* st = smem + slot * L.smem_bytes_per_stage();
@@ -348,8 +353,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 #pragma unroll
         for (int i = 0; i < T.nt / 2; ++i) acc[b][i] += acc_odd[b][i], acc_odd[b][i] = 0.f;
     }
-    const int parts = splits();
-    const WorkItem w = item(it, parts);
+    const int parts = kRecomputeItem ? splits() : parts_kept;
+    const WorkItem w = kRecomputeItem ? item(it, parts) : w_kept;
     // A split item: the CTA whose part arrives last sums the parts and writes the tile.
     bool write_tile = true;
     if constexpr (T.splits_k())
