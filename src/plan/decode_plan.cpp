@@ -44,7 +44,10 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
       {"weights (FP4)", L.weight_bytes_per_stage() * p.stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 2" + xs},
       {"block scales", L.scale_bytes_per_stage() * p.stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 16" + xs},
       {"activations (bf16)", (L.act_bytes_per_stage() - L.act_padding_per_stage()) * p.stages,
-       std::to_string(t.nt) + " tokens x " + std::to_string(t.bk) + " k x 2" + xs},
+       std::to_string(t.nt) + " tokens x " + std::to_string(t.bk) + " k x 2" + xs +
+           (t.chunk() < t.nt ? " (chunks of " + std::to_string(t.chunk()) + " tokens, an expert's last up to " +
+                                   std::to_string(t.nt) + ")"
+                             : std::string())},
       {"activation row padding", L.act_padding_per_stage() * p.stages,
        t.swizzled_activations() ? "none: 128-byte swizzle" : "16 bytes per row against ldmatrix bank conflicts" + xs},
       {"stage alignment padding", L.stage_alignment_padding() * p.stages,
@@ -61,7 +64,9 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
       {"row indices", L.row_index_bytes(),
        std::to_string(L.row_index_bytes() / 4 / t.nt) + " item(s) x " + std::to_string(t.nt) + " gathered activation rows x 4"},
       {"split-K arrival flag", L.split_flag_bytes(),
-       t.warp_specialized ? "which CTA of a split item sums the partials (16 bytes)" : "no split-K on all-warps tiles"},
+       t.splits_k()          ? "which CTA of a split item sums the partials (16 bytes)"
+       : t.warp_specialized ? "reserved; this tile does not split K"
+                            : "no split-K on all-warps tiles"},
       {"fixed-region alignment padding",
        L.scheduler_bytes() - L.scheduler_prefix_bytes() - L.row_index_bytes() - L.barrier_bytes() - L.split_flag_bytes(),
        "to 128 bytes"},
