@@ -60,7 +60,12 @@ std::string cli_path() {
 }
 
 int run_cli(const std::string& args) {
-  const std::string cmd = cli_path() + " run " + args + " > /dev/null 2>&1";
+  const std::string cli = cli_path();
+  if (!fs::exists(cli)) {  // a harness mistake (the CLI was not carried), not a failure of the CLI
+    ADD_FAILURE() << "no fp4moe CLI at " << cli << " nor beside this test binary: carry build/release/bin/fp4moe with it";
+    return -1;
+  }
+  const std::string cmd = cli + " run " + args + " > /dev/null 2>&1";
   return WEXITSTATUS(std::system(cmd.c_str()));
 }
 
