@@ -88,8 +88,9 @@ RoutedBatch route_random(const MoeConfig& cfg, int64_t T, uint64_t seed) {
 }
 
 // Pair i = t k + j goes to expert (i + shift) mod E: every expert gets T k / E
-// rows (give or take one), so no expert leaves a short last chunk. Against the
-// random routing this isolates what ragged counts cost.
+// rows (give or take one), so where that is a whole number of a tile's chunks
+// (e.g. 256 rows at T = 8192 on 128-token chunks) no expert leaves a short last
+// chunk. Against the random routing this isolates what ragged counts cost.
 RoutedBatch route_balanced(const MoeConfig& cfg, int64_t T, uint64_t shift) {
   Routing r;
   r.tokens = T;
@@ -253,7 +254,7 @@ int main(int argc, char** argv) {
         }
 
         // --k-splits applies to the tiles that can split (warp-specialized)
-        auto tile_splits = [&](int tile) { return plan::kDecodeTiles[tile].warp_specialized ? k_splits : 0; };
+        auto tile_splits = [&](int tile) { return plan::kDecodeTiles[tile].splits_k() ? k_splits : 0; };
         const int def_tile = plan::rank_decode_tiles(g.n, g.k, budget, double(rb.pairs) / E,
                                                      int64_t(std::lround(active)), dev.sm_count);
         json tiles = json::array();

@@ -1,5 +1,6 @@
 #include "plan/decode_plan.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -162,13 +163,16 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // the 128-token tile with the most weight rows per activation byte; from
   // ~112 its variant whose last chunk per expert takes up to 16 more rows.
   if (capacity.cc == 90 && tokens_per_expert >= 24 && !std::getenv("FP4MOE_DISABLE_WGMMA")) {
-    const int nt = tokens_per_expert >= 112 ? 144 : tokens_per_expert >= 48 ? 128 : 64;
     const int m_tiles = tokens_per_expert >= 48 ? 2 : 1;
-    for (int i = 0; i < kNumDecodeTiles; ++i) {
-      const DecodeTile& t = kDecodeTiles[i];
-      if (t.warp_specialized && t.wgmma && t.bm == 256 && t.nt == nt && t.warp_m_tiles == m_tiles &&
-          plan_decode_tile(i, n, k, capacity).fits)
-        return i;
+    // the preferred width first, then the narrower ones (a width that does not fit falls back)
+    for (int nt : {144, 128, 64}) {
+      if ((nt == 144 && tokens_per_expert < 112) || (nt == 128 && tokens_per_expert < 48)) continue;
+      for (int i = 0; i < kNumDecodeTiles; ++i) {
+        const DecodeTile& t = kDecodeTiles[i];
+        if (t.warp_specialized && t.wgmma && t.bm == 256 && t.nt == nt && t.chunk() == std::min(nt, 128) &&
+            t.warp_m_tiles == (nt >= 128 ? m_tiles : 1) && plan_decode_tile(i, n, k, capacity).fits)
+          return i;
+      }
     }
   }
   const int want_nt = tokens_per_expert <= 6 ? 8 : tokens_per_expert <= 12 ? 16 : 32;

@@ -132,6 +132,33 @@ TEST(DecodePlan, TensorMapBoxesAreThePlannedStages) {
   EXPECT_GT(checked, 40);
 }
 
+TEST(DecodePlan, RankingFallsBackToANarrowerWarpgroupTileThatFits) {
+  // an sm_90 budget too small for the 144- and 128-token tiles' two stages (167040 and 176256 bytes)
+  const SmemBudget small = SmemBudget::clamped(150000, 90);
+  const int preferred = rank_decode_tiles(6144, 2048, budget_of(find_arch("sm_90")), 256, 256, 132);
+  ASSERT_FALSE(plan_decode_tile(preferred, 6144, 2048, small).fits) << decode_tile_name(preferred);
+  const int t = rank_decode_tiles(6144, 2048, small, 256, 256, 132);
+  ASSERT_GE(t, 0);
+  EXPECT_TRUE(plan_decode_tile(t, 6144, 2048, small).fits);
+  EXPECT_TRUE(kDecodeTiles[t].wgmma) << decode_tile_name(t);
+  EXPECT_EQ(kDecodeTiles[t].nt, 64) << decode_tile_name(t);
+}
+
+TEST(DecodePlan, TokenChunksAtTheBoundaries) {
+  // chunks of 128, the last up to 144
+  EXPECT_EQ(token_chunks(0, 128, 144), 0);
+  EXPECT_EQ(token_chunks(1, 128, 144), 1);
+  EXPECT_EQ(token_chunks(144, 128, 144), 1);
+  EXPECT_EQ(token_chunks(145, 128, 144), 2);
+  EXPECT_EQ(token_chunks(272, 128, 144), 2);
+  EXPECT_EQ(token_chunks(273, 128, 144), 3);
+  // chunks as wide as the tile: the ceiling
+  EXPECT_EQ(token_chunks(128, 128, 128), 1);
+  EXPECT_EQ(token_chunks(129, 128, 128), 2);
+  EXPECT_EQ(token_chunks(8, 8, 8), 1);
+  EXPECT_EQ(token_chunks(9, 8, 8), 2);
+}
+
 TEST(DecodePlan, TokenChunksCoverEveryRowWithinTheTile) {
   for (int i = 0; i < kNumDecodeTiles; ++i) {
     const DecodeTile& t = kDecodeTiles[i];
@@ -141,6 +168,7 @@ TEST(DecodePlan, TokenChunksCoverEveryRowWithinTheTile) {
         EXPECT_EQ(c, 0);
         continue;
       }
+      EXPECT_GE(c, 1) << decode_tile_name(i) << " rows " << rows;
       // the kernel's items: c - 1 chunks of chunk() rows, then the rest, which must fit the tile's nt columns
       const int64_t last = rows - (c - 1) * t.chunk();
       EXPECT_GT(last, 0) << decode_tile_name(i) << " rows " << rows;
