@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // Chunk-minor order: the chunks of one expert and N tile run side by side, so
   // its weights come from DRAM once and from L2 for the other chunks.
   auto work_item = [&](int j) {
-    return detail::work_item<T.chunk(), false>(blockIdx.x + j * gridDim.x, tile_prefix, p.expert_offsets, E, total_chunks,
-                                          n_tiles);
+    return detail::work_item<T.chunk(), false>(blockIdx.x + j * gridDim.x, tile_prefix, p.expert_offsets, E,
+                                               total_chunks, n_tiles);
   };
   auto stage_rows = [&](int j) {  // gathered activation rows of item j, for the loader
     const WorkItem w = work_item(j);
@@ -338,10 +338,12 @@ plan::SplitKPlan k_split_plan(const DecodeGemmArgs& a, const DecodeLaunch& launc
     sp.splits = launch.k_splits;
     sp.explanation = "k_splits = " + std::to_string(launch.k_splits) + " as given";
   } else if (!tile.splits_k() || !a.split_workspace) {
-    sp.explanation = tile.splits_k() ? "no split-K workspace" : "tile " + plan::decode_tile_name(launch.tile) + " does not split K";
+    sp.explanation =
+        tile.splits_k() ? "no split-K workspace" : "tile " + plan::decode_tile_name(launch.tile) + " does not split K";
   } else {
-    sp = plan::plan_k_splits(launch.tile, a.n, a.k, plan::expected_token_chunks(a.permuted_rows, a.num_experts, tile.chunk(), tile.nt),
-                             grid, a.split_workspace_bytes);
+    sp = plan::plan_k_splits(launch.tile, a.n, a.k,
+                             plan::expected_token_chunks(a.permuted_rows, a.num_experts, tile.chunk(), tile.nt), grid,
+                             a.split_workspace_bytes);
   }
   return sp;
 }

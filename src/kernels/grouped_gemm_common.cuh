@@ -113,7 +113,8 @@ __device__ __forceinline__ void build_chunk_prefix(int32_t* prefix, const int32_
     const int e = base + lane;
     int c = 0;
     // (L2 loads: a warp-specialized launch may read the offsets before it waits for the previous kernel)
-    if (e < num_experts) c = static_cast<int>(plan::token_chunks(__ldcg(offsets + e + 1) - __ldcg(offsets + e), Chunk, MaxRows));
+    if (e < num_experts)
+      c = static_cast<int>(plan::token_chunks(__ldcg(offsets + e + 1) - __ldcg(offsets + e), Chunk, MaxRows));
     int incl = c;
 #pragma unroll
     for (int o = 1; o < 32; o *= 2) {

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // warpgroups share the SM's registers, or where 144+ accumulators per thread
   // spill at 216) and the consumers share the rest.
   constexpr int kRegCap = (65536 / (T.threads() * T.ctas_per_sm)) / 8 * 8;
-  constexpr int kProducerRegs = kRegCap < 128 || T.warp_m_tiles * T.nt > 256 ? 40 : 72;
+  constexpr int kProducerRegs = kRegCap < 128 || T.accumulators_per_thread() > 128 ? 40 : 72;
   // Tiles with 128+ accumulators per thread (64+ with mma.sync, whose fragments
   // and activation tiles are per warp) are short of registers at the cap, and
   // wgmma tiles of four consumer warpgroups (96 each: their A fragment pipeline spills).
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // Tiles of 136+ accumulators per thread recompute the item, its split and the
   // item count where used (a binary search in shared memory): kept live across
   // the K loop, they spill there. The others keep them.
-  constexpr bool kRecomputeItem = kMB * T.nt > 256;
+  constexpr bool kRecomputeItem = T.accumulators_per_thread() > 128;
   const int parts_kept = splits(), items_kept = total_items();
   int slot = 0, pending = -1;  // pending: the previous stage's slot, released once its wgmma are done
   uint32_t phase = 0;
@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
         float* group_epi = epi + group * (L.epilogue_group_bytes() / 4);
         const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + group * 64 + f);
 #pragma unroll
-        for (int pass = 0; pass < (T.nt + kEpiTokens - 1) / kEpiTokens; ++pass) {
+        for (int pass = 0; pass < T.nt / kEpiTokens; ++pass) {
           WorkItem part = w;  // this pass's tokens
           part.row0 = w.row0 + pass * kEpiTokens;
           part.rows = min(kEpiTokens, w.rows - pass * kEpiTokens);
@@ -379,7 +379,6 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 #pragma unroll
           for (int jn = 0; jn < kEpiTokens / 8; ++jn) {
             const int jj = pass * (kEpiTokens / 8) + jn;
-            if (jj >= T.nt / 8) break;  // the last pass of an nt that kEpiTokens does not divide
             const float v[4] = {acc[b][jj * 4], acc[b][jj * 4 + 1], acc[b][jj * 4 + 2], acc[b][jj * 4 + 3]};
             stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
           }

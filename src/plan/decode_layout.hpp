@@ -41,9 +41,11 @@ struct DecodeTile {
 
   constexpr int chunk() const { return chunk_rows > 0 ? chunk_rows : nt; }
   constexpr int64_t chunks_of(int64_t rows) const { return token_chunks(rows, chunk(), nt); }
+  // fp32 accumulators per consumer thread (wgmma: nt / 2 per m64 block; mma.sync: 4 per m16 x n8)
+  constexpr int accumulators_per_thread() const { return warp_m_tiles * nt / 2; }
   // Split-K (plan/split_k.hpp): warp-specialized tiles, but not warpgroup tiles
   // of more than 128 accumulators per thread, whose split sum would spill registers.
-  constexpr bool splits_k() const { return warp_specialized && !(wgmma && warp_m_tiles * nt > 256); }
+  constexpr bool splits_k() const { return warp_specialized && !(wgmma && accumulators_per_thread() > 128); }
   constexpr int warps() const { return bm / (16 * warp_m_tiles); }  // math warps
   // Activations in the 128-byte-swizzled K-major layout that wgmma descriptors
   // and TMA boxes use; ldmatrix reads it without bank conflicts too.
@@ -137,8 +139,8 @@ struct DecodeSmemLayout {
   constexpr int64_t epilogue_groups() const { return tile.bm / epilogue_group_rows(); }
   constexpr int64_t epilogue_row_stride() const { return (epilogue_group_rows() + 4) * 4; }
   // Tokens staged at once: all of them, except on wide warp-specialized tiles
-  // (bm x nt > 128 x 128), which stage 64 (48 where 64 does not divide nt: 136
-  // and 144 rows) at a time to leave room for three stages.
+  // (bm x nt > 128 x 128), which stage 64 (48 where 64 does not divide nt: 144
+  // rows) at a time to leave room for three stages.
   constexpr int64_t epilogue_tokens() const {
     return tile.warp_specialized && int64_t(tile.bm) * tile.nt > 128 * 128 ? (tile.nt % 64 == 0 ? 64 : 48) : tile.nt;
   }
@@ -187,7 +189,7 @@ constexpr DecodeSmemLayout decode_layout(int tile_index) { return DecodeSmemLayo
 constexpr bool decode_tiles_valid() {
   for (const DecodeTile& t : kDecodeTiles) {
     if (t.nt % 8 || t.bk % kScaleGranuleK || t.bm % (16 * t.warp_m_tiles) || t.warps() < 1 || t.warps() > 16) return false;
-    if (t.nt % (2 * 8) && t.nt != 8 && !t.wgmma) return false;  // ldmatrix.x4 covers two n8 tiles
+    if (t.nt % (2 * 8) && t.nt != 8) return false;  // ldmatrix.x4 covers two n8 tiles
     // chunks below nt: warp-specialized wgmma tiles, whose narrowed K loops run chunk / 2 and chunk columns
     if (t.chunk() > t.nt || (t.chunk() < t.nt && (!t.wgmma || !t.warp_specialized || t.chunk() % 32))) return false;
     if (t.ctas_per_sm < 1 || t.max_stages < DecodeSmemLayout::kMinStages || t.max_stages > 8) return false;
@@ -199,8 +201,8 @@ constexpr bool decode_tiles_valid() {
       // consumer warpgroup (mma.sync consumers: warp_m_tiles m16 tiles per warp, the same rows)
       if (t.warp_m_tiles < 1 || t.warp_m_tiles > 2 || t.bm % (64 * t.warp_m_tiles) || t.bk % 64) return false;
       if (t.consumer_warpgroups() < 1 || t.consumer_warpgroups() > 4) return false;
-      if (t.nt != 8 && t.nt != 16 && t.nt != 32 && t.nt != 64 && t.nt != 128 && !(t.wgmma && (t.nt == 136 || t.nt == 144)))
-        return false;
+      if (t.nt != 8 && t.nt != 16 && t.nt != 32 && t.nt != 64 && t.nt != 128 && !(t.wgmma && t.nt == 144)) return false;
+      if (t.nt % DecodeSmemLayout{t}.epilogue_tokens()) return false;  // the epilogue's passes cover nt exactly
       if (!t.wgmma && t.warp_m_tiles * t.nt > 128) return false;  // mma.sync accumulators: at most 64 per thread
     }
   }

@@ -163,14 +163,14 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // the 128-token tile with the most weight rows per activation byte; from
   // ~112 its variant whose last chunk per expert takes up to 16 more rows.
   if (capacity.cc == 90 && tokens_per_expert >= 24 && !std::getenv("FP4MOE_DISABLE_WGMMA")) {
-    const int m_tiles = tokens_per_expert >= 48 ? 2 : 1;
-    // the preferred width first, then the narrower ones (a width that does not fit falls back)
+    // the preferred width first, then the narrower ones (a width that does not fit falls back):
+    // 144 columns on chunks of 128, 128 and 64 on chunks of their width; two m64 blocks from 128
     for (int nt : {144, 128, 64}) {
       if ((nt == 144 && tokens_per_expert < 112) || (nt == 128 && tokens_per_expert < 48)) continue;
       for (int i = 0; i < kNumDecodeTiles; ++i) {
         const DecodeTile& t = kDecodeTiles[i];
         if (t.warp_specialized && t.wgmma && t.bm == 256 && t.nt == nt && t.chunk() == std::min(nt, 128) &&
-            t.warp_m_tiles == (nt >= 128 ? m_tiles : 1) && plan_decode_tile(i, n, k, capacity).fits)
+            t.warp_m_tiles == (nt >= 128 ? 2 : 1) && plan_decode_tile(i, n, k, capacity).fits)
           return i;
       }
     }

@@ -39,11 +39,11 @@ inline Bf16Matrix random_bf16(int64_t count, uint64_t seed, float stddev = 1.f) 
   return m;
 }
 
-// ||got - ref|| / ||ref||; NaN in got counts as unwritten (infinite error).
-inline double rel_frobenius(const std::vector<float>& got, const std::vector<float>& ref, int64_t* nan_count) {
+// ||got - ref|| / ||ref|| over `count` values; NaN in got counts as unwritten (infinite error).
+inline double rel_frobenius(const float* got, const float* ref, size_t count, int64_t* nan_count) {
   double num = 0, den = 0;
   int64_t nans = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     if (std::isnan(got[i])) { ++nans; continue; }
     const double d = double(got[i]) - ref[i];
     num += d * d;
@@ -52,6 +52,10 @@ inline double rel_frobenius(const std::vector<float>& got, const std::vector<flo
   if (nan_count) *nan_count = nans;
   if (nans) return INFINITY;
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+inline double rel_frobenius(const std::vector<float>& got, const std::vector<float>& ref, int64_t* nan_count) {
+  return rel_frobenius(got.data(), ref.data(), ref.size(), nan_count);
 }
 
 }  // namespace fp4moe::test

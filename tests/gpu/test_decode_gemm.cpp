@@ -160,14 +160,9 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
     ref.resize(size_t(stop_at * n));
   }
   r.rel_err = test::rel_frobenius(got, ref, &r.unwritten);
-  for (size_t row = 0; row < got.size() / size_t(n); ++row) {
-    double diff = 0, norm = 0;
-    for (size_t j = row * size_t(n); j < (row + 1) * size_t(n); ++j) {
-      diff += (double(got[j]) - ref[j]) * (double(got[j]) - ref[j]);
-      norm += double(ref[j]) * ref[j];
-    }
-    if (norm > 0 && std::sqrt(diff / norm) > r.worst_row_rel_err) r.worst_row_rel_err = std::sqrt(diff / norm);
-  }
+  for (size_t row = 0; row < got.size() / size_t(n); ++row)
+    r.worst_row_rel_err = std::max(
+        r.worst_row_rel_err, test::rel_frobenius(got.data() + row * size_t(n), ref.data() + row * size_t(n), size_t(n), nullptr));
   return r;
 }
 
