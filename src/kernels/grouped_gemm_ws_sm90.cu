@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // chunk's extra rows).
   constexpr bool kTwoBlockWgmma = T.wgmma && kMB > 1;
   constexpr bool kChunked = T.chunk() < T.nt;
-  constexpr int kWidth0 = kChunked ? T.chunk() / 2 : kTwoBlockWgmma ? T.nt / 2 : T.nt / 4;
+  constexpr int kWidth0 = kChunked ? T.chunk() / 2 / 16 * 16 : kTwoBlockWgmma ? T.nt / 2 : T.nt / 4;
   constexpr int kWidth1 = kChunked ? T.chunk() : kTwoBlockWgmma ? 5 * T.nt / 8 : T.nt / 2;
   constexpr bool kThreeQuarters = kNarrowable && !kTwoBlockWgmma && (3 * T.nt / 4) % (T.wgmma ? 16 : 8) == 0;
   float acc_odd[kAccSets == 2 ? kMB : 1][kAccSets == 2 ? T.nt / 2 : 1] = {};

@@ -99,6 +99,9 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     // Prefill (128+ tokens per expert): chunks of 128 whose last takes up to 16
     // more rows (see chunk_rows), so random routing's ragged counts add fewer items.
     {256, 144, 128, 2, 3, 1, true, true, 128},
+    // The same with chunks of 136: 257..280 tokens are two items, 513..552 four
+    // (expected items per expert at 256 and 512 tokens: 2.06 and 4.04 against 2.15 and 4.23).
+    {256, 144, 128, 2, 3, 1, true, true, 136},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 
@@ -190,8 +193,9 @@ constexpr bool decode_tiles_valid() {
   for (const DecodeTile& t : kDecodeTiles) {
     if (t.nt % 8 || t.bk % kScaleGranuleK || t.bm % (16 * t.warp_m_tiles) || t.warps() < 1 || t.warps() > 16) return false;
     if (t.nt % (2 * 8) && t.nt != 8) return false;  // ldmatrix.x4 covers two n8 tiles
-    // chunks below nt: warp-specialized wgmma tiles, whose narrowed K loops run chunk / 2 and chunk columns
-    if (t.chunk() > t.nt || (t.chunk() < t.nt && (!t.wgmma || !t.warp_specialized || t.chunk() % 32))) return false;
+    // chunks below nt: warp-specialized wgmma tiles, whose narrowed K loops run chunk / 2 (in 16s) and chunk columns
+    if (t.chunk() > t.nt || (t.chunk() < t.nt && (!t.wgmma || !t.warp_specialized || t.chunk() % 8 || t.chunk() < 64)))
+      return false;
     if (t.ctas_per_sm < 1 || t.max_stages < DecodeSmemLayout::kMinStages || t.max_stages > 8) return false;
     if (t.wgmma && !t.warp_specialized &&
         (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64))
