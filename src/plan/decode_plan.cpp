@@ -161,16 +161,21 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // below ~24 tokens per expert those with mma.sync consumers; from ~24 the
   // warpgroup-MMA tiles, 64-token bm256 (four consumer warpgroups) to ~48, then
   // the 128-token tile with the most weight rows per activation byte; from
-  // ~112 its variant whose last chunk per expert takes up to 16 more rows.
+  // ~112 its variant whose last chunk per expert takes up to 16 more rows, from
+  // ~192 the same with chunks of 136 (an A/B on GLM-5 shapes: 1.01x to 1.07x at
+  // 256..1024 tokens per expert, 0.96x at 128, where its 136-column loop runs
+  // for chunks that 128 columns cover; bench/results/2026-11-30-ch136-h200.md).
   if (capacity.cc == 90 && tokens_per_expert >= 24 && !std::getenv("FP4MOE_DISABLE_WGMMA")) {
-    // the preferred width first, then the narrower ones (a width that does not fit falls back):
-    // 144 columns on chunks of 128, 128 and 64 on chunks of their width; two m64 blocks from 128
-    for (int nt : {144, 128, 64}) {
-      if ((nt == 144 && tokens_per_expert < 112) || (nt == 128 && tokens_per_expert < 48)) continue;
+    // the preferred tile first, then the narrower ones (a tile that does not fit falls back);
+    // two m64 blocks per consumer warpgroup from 128 columns
+    struct Preferred { int nt, chunk; double from_tokens_per_expert; };
+    for (const Preferred want : {Preferred{144, 136, 192}, Preferred{144, 128, 112}, Preferred{128, 128, 48},
+                                 Preferred{64, 64, 0}}) {
+      if (tokens_per_expert < want.from_tokens_per_expert) continue;
       for (int i = 0; i < kNumDecodeTiles; ++i) {
         const DecodeTile& t = kDecodeTiles[i];
-        if (t.warp_specialized && t.wgmma && t.bm == 256 && t.nt == nt && t.chunk() == std::min(nt, 128) &&
-            t.warp_m_tiles == (nt >= 128 ? 2 : 1) && plan_decode_tile(i, n, k, capacity).fits)
+        if (t.warp_specialized && t.wgmma && t.bm == 256 && t.nt == want.nt && t.chunk() == want.chunk &&
+            t.warp_m_tiles == (want.nt >= 128 ? 2 : 1) && plan_decode_tile(i, n, k, capacity).fits)
           return i;
       }
     }

@@ -54,18 +54,19 @@ TEST(DecodePlan, EveryTargetHasAFittingTileForGlm5) {
 
 TEST(DecodePlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
   for (const Arch& arch : all_archs()) {
-    for (double tpe : {4.0, 16.0, 32.0, 64.0, 128.0, 1024.0}) {
+    for (double tpe : {4.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0}) {
       const int t = rank_decode_tiles(4096, 6144, budget_of(arch), tpe, 256, 132);
       ASSERT_GE(t, 0) << arch.name << " " << tpe;
       // sm_90: warp-specialized at every size, with warpgroup MMA from 24 tokens per expert:
-      // 64-token tiles below 48, 128-token tiles above, from 112 the one whose last chunk takes 16 more rows
+      // 64-token tiles below 48, 128-token tiles above, from 112 the one whose last chunk takes 16 more rows,
+      // from 192 its chunks of 136
       EXPECT_EQ(kDecodeTiles[t].warp_specialized, arch.cc == 90) << arch.name << " tokens/expert " << tpe << ": "
                                                                   << decode_tile_name(t);
       EXPECT_EQ(kDecodeTiles[t].wgmma, arch.cc == 90 && tpe >= 24) << arch.name << " tokens/expert " << tpe << ": "
                                                                      << decode_tile_name(t);
       if (arch.cc == 90 && tpe >= 24) {
         EXPECT_EQ(kDecodeTiles[t].nt, tpe >= 112 ? 144 : tpe >= 48 ? 128 : 64) << decode_tile_name(t);
-        EXPECT_EQ(kDecodeTiles[t].chunk(), tpe >= 48 ? 128 : 64) << decode_tile_name(t);
+        EXPECT_EQ(kDecodeTiles[t].chunk(), tpe >= 192 ? 136 : tpe >= 48 ? 128 : 64) << decode_tile_name(t);
       }
     }
   }

@@ -375,7 +375,7 @@ TEST(GpuDecodeGemm, WarpgroupTilesSmallCase) {
     if (!plan::kDecodeTiles[tile].swizzled_activations() || !plan::plan_decode_tile(tile, 512, 256, budget).fits) continue;
     for (Rows m : {Rows::gathered, Rows::contiguous}) {
       if (m != Rows::gathered && !plan::kDecodeTiles[tile].warp_specialized) continue;
-      for (const std::vector<int>& counts : {std::vector<int>{65, 0, 3, 130, 270}, std::vector<int>{3, 0, 2}}) {
+      for (const std::vector<int>& counts : {std::vector<int>{65, 0, 3, 130, 270, 281}, std::vector<int>{3, 0, 2}}) {
         const CaseResult r = run_case(Fp4Format::nvfp4, 512, 256, counts, tile, budget, 5 + tile, m);
         EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " rows " << int(m) << ", " << counts[0] << " rows first";
         EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " rows " << int(m) << ", " << counts[0] << " rows first";
