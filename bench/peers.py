@@ -132,15 +132,17 @@ def gemm_peers(torch, rep, reps):
 
 def gemm_table(rep):
     ce = rep["ceilings"]
-    lines = [f"GPU: {rep['device']}; ceilings this run: copy {ce['copy_tb_per_s']:.2f} TB/s, cuBLAS bf16 {ce['bf16_tflop_per_s']:.0f} TFLOP/s",
-             "", "| GEMM | T | active experts | launches per graph | fp4moe ms | one launch per graph ms | TB/s | TFLOP/s | % of dense bf16 | floor ms | % of floor | tile | vs cuBLAS bf16 | vs torch._grouped_mm | vs best all-warps (decode kernel) tile |",
+    beside = [c["bf16_tflop_per_s_adjacent"] for c in rep["cases"] if "bf16_tflop_per_s_adjacent" in c]
+    beside = f" at the start, {min(beside):.0f}..{max(beside):.0f} beside the cases" if beside else ""
+    lines = [f"GPU: {rep['device']}; ceilings this run: copy {ce['copy_tb_per_s']:.2f} TB/s, cuBLAS bf16 {ce['bf16_tflop_per_s']:.0f} TFLOP/s{beside}",
+             "", "| GEMM | T | active experts | launches per graph | fp4moe ms | one launch per graph ms | TB/s | TFLOP/s | % of dense bf16 (start of run / beside the case) | floor ms | % of floor | tile | vs cuBLAS bf16 | vs torch._grouped_mm | vs best all-warps (decode kernel) tile |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in rep["cases"]:
         act = c['active_experts']
         act = f"{act:.0f}" if isinstance(act, (int, float)) else act
         tv = f"{c['speedup_vs_torch']:.2f}x" if "speedup_vs_torch" in c else c.get("torch_error", "n/a")[:30]
         lines.append(f"| {c['gemm']} N={c['n']} K={c['k']} | {c['tokens']} | {act} | {c.get('routings', 1)} | {c['median_ms']:.4f} | {c.get('single_launch_ms', c['median_ms']):.4f} "
-                     f"| {c['tb_per_s']:.2f} | {c['tflop_per_s']:.0f} | {100 * c.get('dense_fraction', 0):.0f}% | {c['floor_ms']:.4f} | {100 * c['floor_fraction']:.0f}% "
+                     f"| {c['tb_per_s']:.2f} | {c['tflop_per_s']:.0f} | {100 * c.get('dense_fraction', 0):.0f}% / {100 * c.get('dense_fraction_adjacent', 0):.0f}% | {c['floor_ms']:.4f} | {100 * c['floor_fraction']:.0f}% "
                      f"| {c['best_tile']} | {c['speedup_vs_cublas']:.2f}x | {tv} | {c.get('speedup_vs_all_warps', c.get('speedup_vs_mma_sync', 0)):.2f}x |")
     return "\n".join(lines)
 

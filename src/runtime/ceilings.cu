@@ -47,6 +47,29 @@ void fill_random_bytes(void* dst, int64_t bytes, uint64_t seed, uint8_t lo, uint
   FP4MOE_CHECK_LAUNCH("fill_bytes_kernel");
 }
 
+double measure_bf16_tflop_per_s(int gemm_size) {
+  const int64_t n = gemm_size;
+  cudaStream_t stream;
+  FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream));
+  DeviceBuffer<__nv_bfloat16> A(size_t(n * n)), B(size_t(n * n)), C(size_t(n * n));
+  fill_random_bf16(A.get(), n * n, 2, 1.f, stream);
+  fill_random_bf16(B.get(), n * n, 3, 1.f, stream);
+  cublasHandle_t h;
+  FP4MOE_CUBLAS_CHECK(cublasCreate(&h));
+  FP4MOE_CUBLAS_CHECK(cublasSetStream(h, stream));
+  const float alpha = 1.f, beta = 0.f;
+  const TimingStats t = time_on_stream(
+      [&] {
+        FP4MOE_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &alpha, A.get(), CUDA_R_16BF,
+                                         int(n), B.get(), CUDA_R_16BF, int(n), &beta, C.get(), CUDA_R_16BF, int(n),
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      },
+      stream, 3, 20);
+  cublasDestroy(h);
+  FP4MOE_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 2.0 * double(n) * n * n / (t.median_ms * 1e-3) / 1e12;
+}
+
 Ceilings measure_ceilings(int64_t copy_bytes, int gemm_size) {
   Ceilings c;
   c.copy_bytes = copy_bytes;
@@ -61,25 +84,7 @@ Ceilings measure_ceilings(int64_t copy_bytes, int gemm_size) {
         stream, 3, 20);
     c.copy_tb_per_s = 2.0 * double(copy_bytes) / (t.median_ms * 1e-3) / 1e12;
   }
-  {
-    const int64_t n = gemm_size;
-    DeviceBuffer<__nv_bfloat16> A(size_t(n * n)), B(size_t(n * n)), C(size_t(n * n));
-    fill_random_bf16(A.get(), n * n, 2, 1.f, stream);
-    fill_random_bf16(B.get(), n * n, 3, 1.f, stream);
-    cublasHandle_t h;
-    FP4MOE_CUBLAS_CHECK(cublasCreate(&h));
-    FP4MOE_CUBLAS_CHECK(cublasSetStream(h, stream));
-    const float alpha = 1.f, beta = 0.f;
-    const TimingStats t = time_on_stream(
-        [&] {
-          FP4MOE_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &alpha, A.get(), CUDA_R_16BF,
-                                           int(n), B.get(), CUDA_R_16BF, int(n), &beta, C.get(), CUDA_R_16BF, int(n),
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        },
-        stream, 3, 20);
-    cublasDestroy(h);
-    c.bf16_tflop_per_s = 2.0 * double(n) * n * n / (t.median_ms * 1e-3) / 1e12;
-  }
+  c.bf16_tflop_per_s = measure_bf16_tflop_per_s(gemm_size);
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(stream));
   return c;
 }

@@ -17,6 +17,11 @@ struct Ceilings {
 // copy_bytes: buffer size of the copy test; gemm_size: M = N = K of the GEMM.
 Ceilings measure_ceilings(int64_t copy_bytes = int64_t(2) << 30, int gemm_size = 8192);
 
+// The cuBLAS bf16 rate alone (TFLOP/s), as measure_ceilings takes it. Timed beside a
+// case, it is the ceiling at that moment's clocks: on the H200 a long sweep reaches
+// the 700 W cap and the start-of-run rate no longer holds (docs/benchmarks.md).
+double measure_bf16_tflop_per_s(int gemm_size = 8192);
+
 // Fills device memory with deterministic pseudo-random values.
 void fill_random_bf16(void* dst, int64_t count, uint64_t seed, float stddev, cudaStream_t stream);
 void fill_random_bytes(void* dst, int64_t bytes, uint64_t seed, uint8_t lo, uint8_t hi, cudaStream_t stream);
