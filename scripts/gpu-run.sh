@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|bench|decode|layer|sanitize|all]
-#   (bench: GEMM tiles at decode and prefill sizes; decode: the decode sizes only; layer: fp4moe tune + fp4moe bench)
+#   scripts/gpu-run.sh [tests|bench|decode|prefill|layer|sanitize|all]
+#   (bench: GEMM tiles at decode and prefill sizes; decode, prefill: those sizes only; layer: fp4moe tune + fp4moe bench)
 # PACK=1 leaves one file, $OUT/gpu-run.tar.gz, holding every log (the device tool returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,17 +26,23 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
   rc=${PIPESTATUS[0]}
   summary+=("gpu tests: rc=$rc, $(grep -c '^\[       OK \]' "$OUT/gpu_tests.log") ok, $(grep -c '^\[  FAILED  \]' "$OUT/gpu_tests.log") failed lines, $(( $(date +%s) - start )) s")
 fi
-if [ "$WHAT" = bench ] || [ "$WHAT" = decode ] || [ "$WHAT" = all ]; then
+if [ "$WHAT" = bench ] || [ "$WHAT" = decode ] || [ "$WHAT" = prefill ] || [ "$WHAT" = all ]; then
   if [ -x "$BIN/bench_decode_gemm" ]; then
-    kinds=decode
-    "$BIN/bench_decode_gemm" --out "$OUT/bench_decode.json" > "$OUT/bench_decode.log" 2>&1
-    summary+=("bench_decode_gemm (decode): rc=$?")
+    kinds=
+    if [ "$WHAT" != prefill ]; then
+      kinds=decode
+      "$BIN/bench_decode_gemm" --out "$OUT/bench_decode.json" > "$OUT/bench_decode.log" 2>&1
+      summary+=("bench_decode_gemm (decode): rc=$?")
+    fi
     if [ "$WHAT" != decode ]; then
-      kinds="decode prefill permuted"
+      kinds="$kinds prefill"
       # prefill sizes on rows already in expert order, as torch._grouped_mm takes them (issue 8)
       "$BIN/bench_decode_gemm" --permuted-gemm1 --tokens 4096,8192,16384,32768 --reps 10 \
         --out "$OUT/bench_prefill.json" > "$OUT/bench_prefill.log" 2>&1
       summary+=("bench_decode_gemm (prefill): rc=$?")
+    fi
+    if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
+      kinds="$kinds permuted"
       # GEMM1 at 16..64 tokens per expert with its rows already in expert order:
       # against the decode run's gemm1, what copying the gathered rows costs (docs/kernels.md)
       "$BIN/bench_decode_gemm" --permuted-gemm1 --gemm gemm1p --tokens 512,1024,2048 --no-peers \
