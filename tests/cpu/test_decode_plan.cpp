@@ -72,6 +72,19 @@ TEST(DecodePlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
   }
 }
 
+TEST(DecodePlan, RankingSplitsASingleExpertsKOnSm90) {
+  // the shared expert: one expert, T tokens; 16 items of 256 rows at 128 tokens cannot fill 132 SMs
+  for (double tpe : {128.0, 512.0}) {
+    const int t = rank_decode_tiles(4096, 6144, budget_of(find_arch("sm_90")), tpe, 1, 132);
+    ASSERT_GE(t, 0);
+    EXPECT_EQ(kDecodeTiles[t].bm, 128) << tpe << ": " << decode_tile_name(t);
+    EXPECT_TRUE(kDecodeTiles[t].splits_k()) << tpe << ": " << decode_tile_name(t);
+  }
+  // enough items (2048 tokens: 16 chunks x 16 N tiles): the prefill tile
+  const int t = rank_decode_tiles(4096, 6144, budget_of(find_arch("sm_90")), 2048, 1, 132);
+  EXPECT_EQ(kDecodeTiles[t].nt, 144) << decode_tile_name(t);
+}
+
 TEST(DecodePlan, ShapeTheTileCannotDivideIsAVerdictNamingIt) {
   const SmemPlan p = plan_decode_tile(0, 4000, 6144, find_arch("sm_90"));
   EXPECT_FALSE(p.fits);
