@@ -141,8 +141,9 @@ def gemm_table(rep):
         act = c['active_experts']
         act = f"{act:.0f}" if isinstance(act, (int, float)) else act
         tv = f"{c['speedup_vs_torch']:.2f}x" if "speedup_vs_torch" in c else c.get("torch_error", "n/a")[:30]
+        adj = f"{100 * c['dense_fraction_adjacent']:.0f}%" if "dense_fraction_adjacent" in c else "n/a"
         lines.append(f"| {c['gemm']} N={c['n']} K={c['k']} | {c['tokens']} | {act} | {c.get('routings', 1)} | {c['median_ms']:.4f} | {c.get('single_launch_ms', c['median_ms']):.4f} "
-                     f"| {c['tb_per_s']:.2f} | {c['tflop_per_s']:.0f} | {100 * c.get('dense_fraction', 0):.0f}% / {100 * c.get('dense_fraction_adjacent', 0):.0f}% | {c['floor_ms']:.4f} | {100 * c['floor_fraction']:.0f}% "
+                     f"| {c['tb_per_s']:.2f} | {c['tflop_per_s']:.0f} | {100 * c.get('dense_fraction', 0):.0f}% / {adj} | {c['floor_ms']:.4f} | {100 * c['floor_fraction']:.0f}% "
                      f"| {c['best_tile']} | {c['speedup_vs_cublas']:.2f}x | {tv} | {c.get('speedup_vs_all_warps', c.get('speedup_vs_mma_sync', 0)):.2f}x |")
     return "\n".join(lines)
 

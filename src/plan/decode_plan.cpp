@@ -162,22 +162,24 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // warpgroup-MMA tiles, 64-token bm256 (four consumer warpgroups) to ~48, then
   // the 128-token tile with the most weight rows per activation byte; from
   // ~112 its variant whose last chunk per expert takes up to 16 more rows, from
-  // ~192 the same with chunks of 136 (an A/B on GLM-5 shapes: 1.01x to 1.07x at
-  // 256..1024 tokens per expert, 0.96x at 128, where its 136-column loop runs
-  // for chunks that 128 columns cover; bench/results/2026-11-30-ch136-h200.md).
-  // Too few items to fill the SMs with 256-row tiles (a single expert, the shared
-  // one, below ~1024 tokens): 128-row tiles that split K, as the tuner chose there
-  // (2026-11-30-session8-layer-h200.md: 1.7x to 3x over the nt144 tile at 128 and 512 tokens).
+  // ~192 the same with chunks of 136 (an interleaved A/B on GLM-5 shapes: 1.02x to
+  // 1.06x at 256..1024 tokens per expert, 0.96x at 128, where its 136-column loop
+  // runs for chunks that 128 columns cover; bench/results/2026-11-30-ch136-h200.md).
+  // Under half an item of 256 rows per SM (a single expert, the shared one, at a few
+  // hundred tokens): the 128-row tile, which splits K. The tuner chose it there
+  // (bench/results/2026-11-30-session8-h200.md: 3.0x and 1.7x over the nt144 tile
+  // for 16 and 64 items) but not at 96 to 128 items.
   if (capacity.cc == 90 && tokens_per_expert >= 24 && !std::getenv("FP4MOE_DISABLE_WGMMA")) {
-    const double items_of_256_rows = double(active_experts) * std::ceil(tokens_per_expert / 128.0) * double(n / 256);
-    const bool few_items = tokens_per_expert >= 48 && items_of_256_rows < sm_count;
+    const int64_t rows = int64_t(std::ceil(tokens_per_expert));
+    const double items_of_256_rows = double(active_experts) * double(token_chunks(rows, 128, 144)) * double((n + 255) / 256);
+    const bool few_items = tokens_per_expert >= 48 && 2 * items_of_256_rows < sm_count;
     // the preferred tile first, then the narrower ones (a tile that does not fit falls back);
     // two m64 blocks per consumer warpgroup from 128 columns on 256 rows
     struct Preferred { int bm, nt, chunk, warp_m_tiles; double from_tokens_per_expert; };
-    for (const Preferred want : {few_items ? Preferred{128, 128, 128, 1, 48} : Preferred{256, 144, 136, 2, 192},
+    for (const Preferred want : {Preferred{128, 128, 128, 1, 48}, Preferred{256, 144, 136, 2, 192},
                                  Preferred{256, 144, 128, 2, 112}, Preferred{256, 128, 128, 2, 48},
                                  Preferred{256, 64, 64, 1, 0}}) {
-      if (tokens_per_expert < want.from_tokens_per_expert) continue;
+      if (tokens_per_expert < want.from_tokens_per_expert || (want.bm == 128 && !few_items)) continue;
       for (int i = 0; i < kNumDecodeTiles; ++i) {
         const DecodeTile& t = kDecodeTiles[i];
         if (t.warp_specialized && t.wgmma && t.bm == want.bm && t.nt == want.nt && t.chunk() == want.chunk &&

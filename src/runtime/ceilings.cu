@@ -1,6 +1,8 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <memory>
+
 #include "runtime/ceilings.hpp"
 #include "runtime/cublas_check.hpp"
 #include "runtime/cuda_check.hpp"
@@ -49,24 +51,25 @@ void fill_random_bytes(void* dst, int64_t bytes, uint64_t seed, uint8_t lo, uint
 
 double measure_bf16_tflop_per_s(int gemm_size) {
   const int64_t n = gemm_size;
-  cudaStream_t stream;
-  FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream));
+  // owned: a failed check below throws, and this runs once per benchmark case
+  cudaStream_t raw_stream;
+  FP4MOE_CUDA_CHECK(cudaStreamCreate(&raw_stream));
+  const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream(raw_stream, &cudaStreamDestroy);
   DeviceBuffer<__nv_bfloat16> A(size_t(n * n)), B(size_t(n * n)), C(size_t(n * n));
-  fill_random_bf16(A.get(), n * n, 2, 1.f, stream);
-  fill_random_bf16(B.get(), n * n, 3, 1.f, stream);
-  cublasHandle_t h;
-  FP4MOE_CUBLAS_CHECK(cublasCreate(&h));
-  FP4MOE_CUBLAS_CHECK(cublasSetStream(h, stream));
+  fill_random_bf16(A.get(), n * n, 2, 1.f, stream.get());
+  fill_random_bf16(B.get(), n * n, 3, 1.f, stream.get());
+  cublasHandle_t raw_handle;
+  FP4MOE_CUBLAS_CHECK(cublasCreate(&raw_handle));
+  const std::unique_ptr<cublasContext, decltype(&cublasDestroy)> handle(raw_handle, &cublasDestroy);
+  FP4MOE_CUBLAS_CHECK(cublasSetStream(handle.get(), stream.get()));
   const float alpha = 1.f, beta = 0.f;
   const TimingStats t = time_on_stream(
       [&] {
-        FP4MOE_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &alpha, A.get(), CUDA_R_16BF,
-                                         int(n), B.get(), CUDA_R_16BF, int(n), &beta, C.get(), CUDA_R_16BF, int(n),
-                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle.get(), CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &alpha, A.get(),
+                                         CUDA_R_16BF, int(n), B.get(), CUDA_R_16BF, int(n), &beta, C.get(), CUDA_R_16BF,
+                                         int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       },
-      stream, 3, 20);
-  cublasDestroy(h);
-  FP4MOE_CUDA_CHECK(cudaStreamDestroy(stream));
+      stream.get(), 3, 20);
   return 2.0 * double(n) * n * n / (t.median_ms * 1e-3) / 1e12;
 }
 

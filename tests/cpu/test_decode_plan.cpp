@@ -2,6 +2,8 @@
 // kernel allocates, nothing over the target's budget is called a fit.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "fp4moe/error.hpp"
 #include "plan/decode_plan.hpp"
 #include "plan/tma_geometry.hpp"
@@ -73,16 +75,25 @@ TEST(DecodePlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
 }
 
 TEST(DecodePlan, RankingSplitsASingleExpertsKOnSm90) {
-  // the shared expert: one expert, T tokens; 16 items of 256 rows at 128 tokens cannot fill 132 SMs
-  for (double tpe : {128.0, 512.0}) {
-    const int t = rank_decode_tiles(4096, 6144, budget_of(find_arch("sm_90")), tpe, 1, 132);
+  const SmemBudget sm90 = budget_of(find_arch("sm_90"));
+  // the shared expert: one expert, T tokens. Under 66 items of 256 rows (half the SMs):
+  // GEMM1 (16 N tiles) at 128 and 512 tokens (16, 64 items), GEMM2 (24 N tiles) at 128 (24 items)
+  for (auto [n, k, tpe] : {std::tuple{4096, 6144, 128.0}, std::tuple{4096, 6144, 512.0}, std::tuple{6144, 2048, 128.0}}) {
+    const int t = rank_decode_tiles(n, k, sm90, tpe, 1, 132);
     ASSERT_GE(t, 0);
-    EXPECT_EQ(kDecodeTiles[t].bm, 128) << tpe << ": " << decode_tile_name(t);
-    EXPECT_TRUE(kDecodeTiles[t].splits_k()) << tpe << ": " << decode_tile_name(t);
+    const DecodeTile& d = kDecodeTiles[t];
+    EXPECT_TRUE(d.wgmma && d.warp_specialized) << n << " " << tpe << ": " << decode_tile_name(t);
+    EXPECT_EQ(d.bm, 128) << n << " " << tpe << ": " << decode_tile_name(t);
+    EXPECT_EQ(d.nt, 128) << n << " " << tpe << ": " << decode_tile_name(t);
+    EXPECT_TRUE(d.splits_k()) << n << " " << tpe << ": " << decode_tile_name(t);
   }
-  // enough items (2048 tokens: 16 chunks x 16 N tiles): the prefill tile
-  const int t = rank_decode_tiles(4096, 6144, budget_of(find_arch("sm_90")), 2048, 1, 132);
-  EXPECT_EQ(kDecodeTiles[t].nt, 144) << decode_tile_name(t);
+  // enough items (GEMM2 at 512 tokens: 96; GEMM1 at 2048: 256): the prefill tile with chunks of 136
+  for (auto [n, k, tpe] : {std::tuple{6144, 2048, 512.0}, std::tuple{4096, 6144, 2048.0}}) {
+    const int t = rank_decode_tiles(n, k, sm90, tpe, 1, 132);
+    ASSERT_GE(t, 0);
+    EXPECT_EQ(kDecodeTiles[t].nt, 144) << n << " " << tpe << ": " << decode_tile_name(t);
+    EXPECT_EQ(kDecodeTiles[t].chunk(), 136) << n << " " << tpe << ": " << decode_tile_name(t);
+  }
 }
 
 TEST(DecodePlan, ShapeTheTileCannotDivideIsAVerdictNamingIt) {
@@ -166,6 +177,11 @@ TEST(DecodePlan, TokenChunksAtTheBoundaries) {
   EXPECT_EQ(token_chunks(145, 128, 144), 2);
   EXPECT_EQ(token_chunks(272, 128, 144), 2);
   EXPECT_EQ(token_chunks(273, 128, 144), 3);
+  // chunks of 136, the last up to 144
+  EXPECT_EQ(token_chunks(280, 136, 144), 2);
+  EXPECT_EQ(token_chunks(281, 136, 144), 3);
+  EXPECT_EQ(token_chunks(552, 136, 144), 4);
+  EXPECT_EQ(token_chunks(553, 136, 144), 5);
   // chunks as wide as the tile: the ceiling
   EXPECT_EQ(token_chunks(128, 128, 128), 1);
   EXPECT_EQ(token_chunks(129, 128, 128), 2);
