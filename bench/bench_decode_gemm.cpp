@@ -276,33 +276,24 @@ int main(int argc, char** argv) {
           if (!plan::kDecodeTiles[tile].wgmma && !plan::kDecodeTiles[tile].warp_specialized && t.median_ms < best_all_warps_ms)
             best_all_warps_ms = t.median_ms, best_all_warps = tile;
         }
-        const TimingStats best = [&] {
-          const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, budget);
-          kernels::DecodeLaunch L{best_tile, pl.stages, 0, debug_mode, tile_splits(best_tile)};
-          return time_gemm(args, L, stream, 3, reps);
-        }();
+        // the best tile's launch, as the sweep ran it
+        const kernels::DecodeLaunch best_launch{best_tile, plan::plan_decode_tile(best_tile, g.n, g.k, budget).stages, 0,
+                                                debug_mode, tile_splits(best_tile)};
+        const TimingStats best = time_gemm(args, best_launch, stream, 3, reps);
         // The same tile, one launch per graph (the method of earlier runs; early
         // start, on since, measured slower with nothing before it to overlap).
-        const TimingStats single = [&] {
-          const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, budget);
-          kernels::DecodeLaunch L{best_tile, pl.stages, 0, debug_mode, tile_splits(best_tile)};
-          return time_gemm({args[0]}, L, stream, 3, reps);
-        }();
-
+        const TimingStats single = time_gemm({args[0]}, best_launch, stream, 3, reps);
         // The same launch eagerly: the host's per-launch work (plan check, tensor maps) included.
-        const TimingStats eager = [&] {
-          const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, budget);
-          kernels::DecodeLaunch L{best_tile, pl.stages, 0, debug_mode, tile_splits(best_tile)};
-          return time_on_stream([&] { kernels::launch_decode_grouped_gemm(args[0], L, stream); }, stream, 3, reps);
-        }();
+        const TimingStats eager = time_on_stream(
+            [&] { kernels::launch_decode_grouped_gemm(args[0], best_launch, stream); }, stream, 3, reps);
 
         // Where the time goes (METHOD.md: leave one part out): the best tile
         // with only its loads, and with only its math (results are garbage).
         json diag = {{"loads_only_ms", 0.0}, {"compute_only_ms", 0.0}};
         if (!skip_peers) {
-          const plan::SmemPlan pl = plan::plan_decode_tile(best_tile, g.n, g.k, budget);
           for (int mode : {1, 2}) {
-            kernels::DecodeLaunch L{best_tile, pl.stages, 0, mode, tile_splits(best_tile)};
+            kernels::DecodeLaunch L = best_launch;
+            L.debug_mode = mode;
             const TimingStats t = time_gemm(args, L, stream, 3, 20);
             diag[mode == 1 ? "loads_only_ms" : "compute_only_ms"] = t.median_ms;
           }

@@ -172,7 +172,7 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   if (capacity.cc == 90 && tokens_per_expert >= 24 && !std::getenv("FP4MOE_DISABLE_WGMMA")) {
     const int64_t rows = int64_t(std::ceil(tokens_per_expert));
     const double items_of_256_rows = double(active_experts) * double(token_chunks(rows, 128, 144)) * double((n + 255) / 256);
-    const bool few_items = tokens_per_expert >= 48 && 2 * items_of_256_rows < sm_count;
+    const bool few_items = 2 * items_of_256_rows < sm_count;
     // the preferred tile first, then the narrower ones (a tile that does not fit falls back);
     // two m64 blocks per consumer warpgroup from 128 columns on 256 rows
     struct Preferred { int bm, nt, chunk, warp_m_tiles; double from_tokens_per_expert; };
