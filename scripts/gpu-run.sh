@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
 WHAT=${1:-all}
+case "$WHAT" in
+  tests|bench|decode|prefill|layer|sanitize|all) ;;
+  *) echo "gpu-run: mode '$WHAT' is not one of tests, bench, decode, prefill, layer, sanitize, all" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null)
 summary=()
