@@ -121,8 +121,8 @@ int main(int argc, char** argv) {
   app.add_option("--tile", only_tile, "Only this tile index (profiling)")->check(CLI::Range(0, plan::kNumDecodeTiles - 1));
   app.add_flag("--no-peers", skip_peers, "Skip the cuBLAS peer and the diagnostics");
   int debug_mode = 0;
-  app.add_option("--debug-mode", debug_mode, "Diagnostics for every timed launch: 1 loads only, 2 math only (results are garbage)")
-      ->check(CLI::IsMember({0, 1, 2}));
+  app.add_option("--debug-mode", debug_mode, "Diagnostics for every timed launch: 1 loads only, 2 math only, 3 no output written (results are garbage)")
+      ->check(CLI::IsMember({0, 1, 2, 3}));
   int k_splits = 0;
   app.add_option("--k-splits", k_splits, "Split-K parts for warp-specialized tiles: 0 the planner's choice, 1 none")
       ->check(CLI::Range(0, plan::kMaxKSplits));
@@ -288,14 +288,15 @@ int main(int argc, char** argv) {
             [&] { kernels::launch_decode_grouped_gemm(args[0], best_launch, stream); }, stream, 3, reps);
 
         // Where the time goes (METHOD.md: leave one part out): the best tile
-        // with only its loads, and with only its math (results are garbage).
-        json diag = {{"loads_only_ms", 0.0}, {"compute_only_ms", 0.0}};
+        // with only its loads, with only its math, and without its output
+        // writes (the epilogue's share; results are garbage).
+        json diag = {{"loads_only_ms", 0.0}, {"compute_only_ms", 0.0}, {"no_output_ms", 0.0}};
         if (!skip_peers) {
-          for (int mode : {1, 2}) {
+          for (int mode : {1, 2, 3}) {
             kernels::DecodeLaunch L = best_launch;
             L.debug_mode = mode;
             const TimingStats t = time_gemm(args, L, stream, 3, 20);
-            diag[mode == 1 ? "loads_only_ms" : "compute_only_ms"] = t.median_ms;
+            diag[mode == 1 ? "loads_only_ms" : mode == 2 ? "compute_only_ms" : "no_output_ms"] = t.median_ms;
           }
         }
 
@@ -333,11 +334,11 @@ int main(int argc, char** argv) {
                   {"tiles", tiles}, {"diagnostics", diag},
                   {"counts", rb.counts}, {"counts_rotation", counts_rotation}};  // counts: the first routing's
         cases.push_back(c);
-        fmt::print("{} T={:5d} active {:5.1f} max/expert {:4d}  {:8.4f} ms ({}, {} routings)  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  dense bf16 {:5.1f}% (beside it: {:.0f} TFLOP/s, {:5.1f}%)  cuBLAS {:8.4f} ms ({:4.2f}x)  loads-only {:.4f} compute-only {:.4f}\n",
+        fmt::print("{} T={:5d} active {:5.1f} max/expert {:4d}  {:8.4f} ms ({}, {} routings)  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  dense bf16 {:5.1f}% (beside it: {:.0f} TFLOP/s, {:5.1f}%)  cuBLAS {:8.4f} ms ({:4.2f}x)  loads-only {:.4f} compute-only {:.4f} no-output {:.4f}\n",
                    g.name, T, active, max_rows, best.median_ms, plan::decode_tile_name(best_tile), routings,
                    bytes / (best.median_ms * 1e-3) / 1e12, tflops, floor_ms, 100 * floor_ms / best.median_ms,
                    100 * tflops / ceil.bf16_tflop_per_s, dense_adjacent, 100 * tflops / dense_adjacent, tb.median_ms, tb.median_ms / best.median_ms,
-                   diag["loads_only_ms"].get<double>(), diag["compute_only_ms"].get<double>());
+                   diag["loads_only_ms"].get<double>(), diag["compute_only_ms"].get<double>(), diag["no_output_ms"].get<double>());
       }
     }
     report["cases"] = cases;

@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       write_tile = parts == 1 || sum_split_partials(reinterpret_cast<float(&)[kMB * T.nt / 2]>(acc), p, it / parts,
                                                     it % parts, parts, tid - kProducerThreads, kConsumerWarps * 32,
                                                     kAllConsumersBarrier, split_last);
-    if (write_tile) {
+    if (write_tile && p.debug_mode != 3) {
       // ---- epilogue of this warpgroup's m64 blocks, kEpiTokens tokens per pass (the producer streams on meanwhile) ----
       const int f = wg_warp * 16 + lane / 4;
 #pragma unroll
