@@ -102,8 +102,8 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     // The same with chunks of 136: 257..280 tokens are two items, 513..552 four
     // (expected items per expert at 256 and 512 tokens: 2.06 and 4.04 against 2.15 and 4.23).
     {256, 144, 128, 2, 3, 1, true, true, 136},
-    // Candidate: the 64-token decode tile with stages of 256 k (one barrier wait per 16 k16 steps
-    // instead of 8: about 30 of a stage's 212 instructions are its wait, hand-back and cursor).
+    // The 64-token decode tile with stages of 256 k: one barrier wait per 16 k16 steps instead
+    // of 8 (about 30 of a stage's 212 instructions are its wait, hand-back and cursor).
     {256, 64, 256, 1, 2, 1, true, true},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);

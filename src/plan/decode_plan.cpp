@@ -160,6 +160,8 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // On sm_90 the warp-specialized tiles win (bench/results/2026-11-30-gathercopy-*):
   // below ~24 tokens per expert those with mma.sync consumers; from ~24 the
   // warpgroup-MMA tiles, 64-token bm256 (four consumer warpgroups) to ~48, then
+  // (its stages of 256 k where K allows: 1.02x to 1.08x over 128 k at 16 and 32 tokens
+  // per expert in an interleaved A/B, bench/results/2026-11-30-session9-h200.md), then
   // the 128-token tile with the most weight rows per activation byte; from
   // ~112 its variant whose last chunk per expert takes up to 16 more rows, from
   // ~192 the same with chunks of 136 (an interleaved A/B on GLM-5 shapes: 1.02x to
@@ -175,15 +177,15 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
     const bool few_items = 2 * items_of_256_rows < sm_count;
     // the preferred tile first, then the narrower ones (a tile that does not fit falls back);
     // two m64 blocks per consumer warpgroup from 128 columns on 256 rows
-    struct Preferred { int bm, nt, chunk, warp_m_tiles; double from_tokens_per_expert; };
-    for (const Preferred want : {Preferred{128, 128, 128, 1, 48}, Preferred{256, 144, 136, 2, 192},
-                                 Preferred{256, 144, 128, 2, 112}, Preferred{256, 128, 128, 2, 48},
-                                 Preferred{256, 64, 64, 1, 0}}) {
+    struct Preferred { int bm, nt, chunk, warp_m_tiles, bk; double from_tokens_per_expert; };
+    for (const Preferred want : {Preferred{128, 128, 128, 1, 128, 48}, Preferred{256, 144, 136, 2, 128, 192},
+                                 Preferred{256, 144, 128, 2, 128, 112}, Preferred{256, 128, 128, 2, 128, 48},
+                                 Preferred{256, 64, 64, 1, 256, 0}, Preferred{256, 64, 64, 1, 128, 0}}) {
       if (tokens_per_expert < want.from_tokens_per_expert || (want.bm == 128 && !few_items)) continue;
       for (int i = 0; i < kNumDecodeTiles; ++i) {
         const DecodeTile& t = kDecodeTiles[i];
         if (t.warp_specialized && t.wgmma && t.bm == want.bm && t.nt == want.nt && t.chunk() == want.chunk &&
-            t.warp_m_tiles == want.warp_m_tiles && plan_decode_tile(i, n, k, capacity).fits)
+            t.warp_m_tiles == want.warp_m_tiles && t.bk == want.bk && plan_decode_tile(i, n, k, capacity).fits)
           return i;
       }
     }

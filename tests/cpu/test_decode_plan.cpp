@@ -69,9 +69,22 @@ TEST(DecodePlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
       if (arch.cc == 90 && tpe >= 24) {
         EXPECT_EQ(kDecodeTiles[t].nt, tpe >= 112 ? 144 : tpe >= 48 ? 128 : 64) << decode_tile_name(t);
         EXPECT_EQ(kDecodeTiles[t].chunk(), tpe >= 192 ? 136 : tpe >= 48 ? 128 : 64) << decode_tile_name(t);
+        EXPECT_EQ(kDecodeTiles[t].bk, tpe >= 48 ? 128 : 256) << decode_tile_name(t);  // K = 6144 takes stages of 256
       }
     }
   }
+}
+
+TEST(DecodePlan, RankingFallsBackToStagesOf128KWhereKIsNoMultipleOf256) {
+  const SmemBudget sm90 = budget_of(find_arch("sm_90"));
+  for (int64_t k : {int64_t(384), int64_t(2048 + 128)}) {
+    const int t = rank_decode_tiles(4096, k, sm90, 32.0, 256, 132);
+    ASSERT_GE(t, 0) << k;
+    EXPECT_TRUE(kDecodeTiles[t].wgmma && kDecodeTiles[t].nt == 64) << k << ": " << decode_tile_name(t);
+    EXPECT_EQ(kDecodeTiles[t].bk, 128) << k << ": " << decode_tile_name(t);
+  }
+  const int t = rank_decode_tiles(4096, 2048, sm90, 32.0, 256, 132);
+  EXPECT_EQ(kDecodeTiles[t].bk, 256) << decode_tile_name(t);
 }
 
 TEST(DecodePlan, RankingSplitsASingleExpertsKOnSm90) {
