@@ -89,6 +89,65 @@ __device__ __forceinline__ void tensor_copy_3d(void* smem, const CUtensorMap* ma
 #endif
 }
 
+// --- thread-block clusters (sm_90) ---
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t cluster_cta_rank() {
+  uint32_t r = 0;
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return r;
+}
+
+// Every thread of the cluster that has not exited meets here; what each wrote
+// before (shared memory, mbarrier initializations) is visible to all after.
+__device__ __forceinline__ void cluster_sync() {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+
+// The shared::cluster address of the variable at `local`'s offset in the
+// cluster's CTA `cta_rank` (this CTA's own included).
+__device__ __forceinline__ uint32_t cluster_smem_addr(const void* local, uint32_t cta_rank) {
+  uint32_t remote = 0;
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(ptx::smem_addr(local)), "r"(cta_rank));
+#else
+  (void)local, (void)cta_rank;
+  __trap();
+#endif
+  return remote;
+}
+
+// One arrival on the mbarrier at shared::cluster address `bar` (cluster_smem_addr),
+// releasing this thread's prior reads and writes at cluster scope.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar) {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#else
+  (void)bar;
+  __trap();
+#endif
+}
+
+// One box of a 2D tensor map into the same shared-memory offset of every CTA in
+// `cta_mask`; each destination's mbarrier at `bar`'s offset receives the bytes.
+__device__ __forceinline__ void tensor_copy_2d_multicast(void* smem, const CUtensorMap* map, int32_t c0, int32_t c1,
+                                                         uint64_t* bar, uint16_t cta_mask) {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(ptx::smem_addr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(ptx::smem_addr(bar)), "h"(cta_mask)
+      : "memory");
+#else
+  (void)smem, (void)map, (void)c0, (void)c1, (void)bar, (void)cta_mask;
+  __trap();
+#endif
+}
+
 // Warpgroup register reallocation (sm_90a): a producer gives registers back,
 // consumers take them. Every thread of the warpgroup executes it.
 template <int Regs>

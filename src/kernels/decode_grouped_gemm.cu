@@ -294,7 +294,7 @@ constexpr auto kKernels = tile_kernel_table<AllWarpsKernel>();
 
 struct DeviceState : DeviceLimits {
   // Per tile: the dynamic shared memory the kernel attribute allows, and the
-  // resident CTAs per SM measured at that size (launches stay cheap on the host).
+  // CTAs resident on the whole device at that size, measured once (launches stay cheap on the host).
   std::array<int64_t, plan::kNumDecodeTiles> attr_bytes{};
   std::array<int64_t, plan::kNumDecodeTiles> occupancy_bytes{};
   std::array<int, plan::kNumDecodeTiles> occupancy{};
@@ -320,14 +320,33 @@ int resident_ctas(DeviceState& ds, int tile, int64_t smem) {
     FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     ds.attr_bytes[ti] = smem;
   }
+  const int cluster = plan::kDecodeTiles[tile].cluster_n;
   if (ds.occupancy_bytes[ti] != smem) {
-    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ds.occupancy[ti], fn, plan::kDecodeTiles[tile].threads(),
-                                                                    static_cast<size_t>(smem)));
+    if (cluster > 1) {
+      // clusters: as many CTAs as whole clusters can be resident at once (GPCs place them)
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim = {static_cast<unsigned>(cluster), 1, 1};
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(static_cast<unsigned>(cluster * ds.sm_count));
+      cfg.blockDim = dim3(static_cast<unsigned>(plan::kDecodeTiles[tile].threads()));
+      cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg));
+      ds.occupancy[ti] = clusters * cluster;
+    } else {
+      int per_sm = 0;
+      FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, plan::kDecodeTiles[tile].threads(),
+                                                                      static_cast<size_t>(smem)));
+      ds.occupancy[ti] = per_sm * ds.sm_count;
+    }
     ds.occupancy_bytes[ti] = smem;
   }
   FP4MOE_CHECK(ds.occupancy[ti] >= 1,
                "decode GEMM: tile " << plan::decode_tile_name(tile) << " with " << smem << " bytes of shared memory cannot be resident");
-  return ds.occupancy[ti] * ds.sm_count;
+  return ds.occupancy[ti];
 }
 
 // The split of a warp-specialized launch of `grid` CTAs: forced, or the planner's.
@@ -410,6 +429,9 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
   const KernelFn fn = tile.warp_specialized ? ws_kernel(launch.tile) : kKernels[static_cast<size_t>(launch.tile)];
   const int64_t smem = pl.smem_bytes;
   const int grid = launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, smem);
+  FP4MOE_CHECK(grid % tile.cluster_n == 0, "decode GEMM: grid = " << grid << " CTAs is not a whole number of tile "
+                                                                 << plan::decode_tile_name(launch.tile) << "'s clusters of "
+                                                                 << tile.cluster_n);
   KernelParams kp{a.weights, a.scales, a.dequant_scale, a.x, a.gather, a.expert_offsets, a.y,
                   a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
                   a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
@@ -445,7 +467,8 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
     kp.offsets_ready_at_launch = a.offsets_ready_at_launch && dependent_launch_enabled(reinterpret_cast<const void*>(fn));
     if (a.gather) launch_gather_rows({a.x, a.gather, a.permuted_rows, a.k, a.gather_workspace}, stream);
   }
-  launch_dependent(fn, grid, tile.threads(), static_cast<size_t>(smem), stream, kp, maps);
+  launch_dependent_in_clusters(fn, grid, tile.threads(), static_cast<size_t>(smem), static_cast<unsigned>(tile.cluster_n),
+                               stream, kp, maps);
   FP4MOE_CHECK_LAUNCH("decode_grouped_gemm");
 }
 

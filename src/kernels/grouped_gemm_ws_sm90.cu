@@ -82,6 +82,12 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
           : (T.threads() * kRegCap - kProducerThreads * kProducerRegs) / (T.threads() - kProducerThreads) / 8 * 8;
   constexpr int kFirstConsumerBarrier = 1;  // named barriers: + consumer warpgroup index
   constexpr int kAllConsumersBarrier = kFirstConsumerBarrier + 4;
+  // Clusters (T.cluster_n CTAs): the CTAs take adjacent N tiles of the same
+  // items, and each multicasts its share of every stage's activation atoms to
+  // all; a slot is free once the consumers of every CTA of the cluster are done
+  // with it, so each consumer thread arrives on every CTA's "empty" barrier.
+  constexpr int kCluster = T.cluster_n;
+  constexpr uint16_t kClusterMask = uint16_t((1u << kCluster) - 1);
 
   extern __shared__ __align__(1024) uint8_t smem[];
   const int stages = p.stages;
@@ -96,10 +102,15 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
       async::mbarrier_init(&full[s], 1);  // the producer's expect_tx arrival
-      async::mbarrier_init(&empty[s], kConsumerWarps * 32);
+      async::mbarrier_init(&empty[s], kConsumerWarps * 32 * kCluster);
     }
     async::fence_barrier_init();
   }
+  // (a peer's copies and arrivals may reach these barriers only once they are initialized)
+  if constexpr (kCluster > 1) async::cluster_sync();
+  // The items this CTA walks: its cluster's, each with its own N tile.
+  auto first_item = [] { return int(blockIdx.x) / kCluster; };
+  auto item_stride = [] { return int(gridDim.x) / kCluster; };
   // The schedule is recomputed from the parameters and shared memory where it is
   // used: values kept live across setmaxnreg spill (ptxas).
   auto n_tiles = [&] { return static_cast<int>(p.n / T.bm); };
@@ -112,11 +123,12 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
                ? p.k_splits
                : 1;
   };
-  auto total_items = [&] { return prefix[E] * n_tiles() * splits(); };
+  auto total_items = [&] { return prefix[E] * (n_tiles() / kCluster) * splits(); };
   // K stages [kt_begin(s), kt_begin(s + 1)) of part s
   auto kt_begin = [&](int split, int parts) { return static_cast<int>(p.k / T.bk) * split / parts; };
   auto item = [&](int i, int parts) {
-    WorkItem w = work_item<T.chunk(), true>(i / parts, prefix, p.expert_offsets, E, prefix[E], n_tiles());
+    WorkItem w = work_item<T.chunk(), true>(i / parts, prefix, p.expert_offsets, E, prefix[E], n_tiles() / kCluster);
+    if constexpr (kCluster > 1) w.ntile = w.ntile * kCluster + int(blockIdx.x) % kCluster;
     // rows at or past P (expert_offsets[E] above the caller's P) are neither loaded nor written
     w.rows = static_cast<int>(min(int64_t(w.rows), p.permuted_rows - w.row0));
     return w;
@@ -126,10 +138,10 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // schedule may be read early when the offsets were final before that kernel
   // started: DecodeGemmArgs::offsets_ready_at_launch). Ring slots 0.. in order.
   auto early_stages = [&] {
-    if (!p.offsets_ready_at_launch || p.debug_mode == 2 || int(blockIdx.x) >= total_items()) return 0;
+    if (!p.offsets_ready_at_launch || p.debug_mode == 2 || first_item() >= total_items()) return 0;
     const int parts = splits();
-    if (item(blockIdx.x, parts).rows <= 0) return 0;
-    return min(stages, kt_begin(blockIdx.x % parts + 1, parts) - kt_begin(blockIdx.x % parts, parts));
+    if (item(first_item(), parts).rows <= 0) return 0;
+    return min(stages, kt_begin(first_item() % parts + 1, parts) - kt_begin(first_item() % parts, parts));
   };
   const int rowgroups_per_expert = static_cast<int>(p.n / 16);
   // The weights and scales of K stage kt of item w into the ring slot at st (one tensor copy each).
@@ -148,8 +160,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       const int pre = early_stages();
       if (pre > 0) {
         const int parts = splits();
-        const WorkItem w = item(blockIdx.x, parts);
-        const int kt0 = kt_begin(blockIdx.x % parts, parts);
+        const WorkItem w = item(first_item(), parts);
+        const int kt0 = kt_begin(first_item() % parts, parts);
         for (int s = 0; s < pre; ++s) {  // the full count: the activations follow after the wait
           async::mbarrier_arrive_expect_tx(&full[s], kStageTx + kActStageBytes);
           copy_weights(smem + s * L.smem_bytes_per_stage(), kt0 + s, w, &full[s]);
@@ -161,7 +173,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   allow_dependent_grids();
   if (!p.offsets_ready_at_launch && warp == 1) build_chunk_prefix<T.chunk(), T.nt>(prefix, p.expert_offsets, E, lane);
   __syncthreads();
-  if (int(blockIdx.x) >= total_items()) return;
+  if (first_item() >= total_items()) return;  // (the whole cluster)
 
   if (warp < 4) {
     // ================= producer warpgroup =================
@@ -170,7 +182,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     const int parts = splits(), items = total_items(), pre = early_stages();
     int slot = 0;
     uint32_t phase = 0;
-    for (int it = blockIdx.x; it < items; it += gridDim.x) {
+    for (int it = first_item(); it < items; it += item_stride()) {
       const WorkItem w = item(it, parts);
       if (w.rows <= 0) continue;  // the consumers skip it too
       // (an activation box counts all nt rows; those past the end of x are zero-filled)
@@ -178,7 +190,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       const int kt_first = kt_begin(it % parts, parts), kt_end = kt_begin(it % parts + 1, parts);
       for (int kt = kt_first; kt < kt_end; ++kt) {
         // the first item's first `pre` stages: weights and scales already asked for, slot free
-        const bool early = it == int(blockIdx.x) && kt - kt_first < pre;
+        const bool early = it == first_item() && kt - kt_first < pre;
         if (!early) async::mbarrier_wait(&empty[slot], phase ^ 1);
         uint8_t* st = smem + slot * L.smem_bytes_per_stage();
         if (lane == 0) {
@@ -189,9 +201,15 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
           if (p.debug_mode != 2) {
             if (!early) copy_weights(st, kt, w, &full[slot]);
 #pragma unroll
-            for (int a = 0; a < kWGranPerStage; ++a)
-              async::tensor_copy_2d(st + L.act_offset() + a * (T.nt * 128), &maps.x, kt * T.bk + a * 64, w.row0,
-                                    &full[slot]);
+            for (int a = 0; a < kWGranPerStage; ++a) {
+              uint8_t* dst = st + L.act_offset() + a * (T.nt * 128);
+              if constexpr (kCluster > 1) {
+                if (a % kCluster == int(blockIdx.x) % kCluster)
+                  async::tensor_copy_2d_multicast(dst, &maps.x, kt * T.bk + a * 64, w.row0, &full[slot], kClusterMask);
+              } else {
+                async::tensor_copy_2d(dst, &maps.x, kt * T.bk + a * 64, w.row0, &full[slot]);
+              }
+            }
           }
         }
         if (++slot == stages) slot = 0, phase ^= 1;
@@ -205,7 +223,14 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   const int gtid = tid - kProducerThreads - cg * 128;
   // Every consumer thread arrives (its own reads are done): a lane-0 branch
   // here would make ptxas serialize the wgmma pipeline (C7513).
-  auto release = [&](int s) { async::mbarrier_arrive(&empty[s]); };
+  // Clusters of two: the peer CTA's "empty" barrier too, one remote arrival (an
+  // arrival on every rank through mapa made ptxas serialize the wgmma pipeline,
+  // C7513; the peer's address kept across the loop spilled).
+  static_assert(kCluster <= 2, "release arrives on this CTA's and one peer's barriers");
+  auto release = [&](int s) {
+    async::mbarrier_arrive(&empty[s]);
+    if constexpr (kCluster > 1) async::mbarrier_arrive_cluster(async::cluster_smem_addr(&empty[s], (blockIdx.x % kCluster) ^ 1u));
+  };
   // This warp's 16-byte weight and scale pieces of granule kk, per m64 block.
   auto load_weight_granules = [&](const uint8_t* st, int kk, uint4 (&wq)[kMB], uint4 (&sq)[kMB]) {
 #pragma unroll
@@ -263,7 +288,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   const int parts_kept = splits(), items_kept = total_items();
   int slot = 0, pending = -1;  // pending: the previous stage's slot, released once its wgmma are done
   uint32_t phase = 0;
-  for (int it = blockIdx.x; it < (kRecomputeItem ? total_items() : items_kept); it += gridDim.x) {
+  for (int it = first_item(); it < (kRecomputeItem ? total_items() : items_kept); it += item_stride()) {
     const WorkItem w_kept = item(it, kRecomputeItem ? splits() : parts_kept);
     const int rows = w_kept.rows;
     if (rows <= 0) continue;  // past P: the producer loaded nothing for it
@@ -395,6 +420,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     }
   }
   }
+  // A CTA leaves only when no peer can still copy into its shared memory or arrive on its barriers.
+  if constexpr (kCluster > 1) async::cluster_sync();
 #else
   (void)p, (void)maps;
   __trap();  // the planner accepts warp-specialized tiles only on sm_90

@@ -38,6 +38,12 @@ struct DecodeTile {
   // 128 would add a third whose dequantization costs as much as a full one
   // (balanced against random routing at 8192 tokens: 1.2x, docs/kernels.md).
   int chunk_rows = 0;
+  // CTAs per thread-block cluster (warp-specialized wgmma tiles, sm_90a): the
+  // CTAs of a cluster take adjacent N tiles of the same token chunk, and each
+  // stage's activations reach all of them by one TMA multicast per 64-k atom,
+  // each CTA issuing its share: the activation bytes from L2 per CTA divide by
+  // this. Needs the expert's N tiles in whole clusters (the planner checks).
+  int cluster_n = 1;
 
   constexpr int chunk() const { return chunk_rows > 0 ? chunk_rows : nt; }
   constexpr int64_t chunks_of(int64_t rows) const { return token_chunks(rows, chunk(), nt); }
@@ -105,6 +111,9 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     // The 64-token decode tile with stages of 256 k: one barrier wait per 16 k16 steps instead
     // of 8 (about 30 of a stage's 212 instructions are its wait, hand-back and cursor).
     {256, 64, 256, 1, 2, 1, true, true},
+    // Prefill with chunks of 136 in clusters of two N tiles sharing the activations (multicast):
+    // 36.5 instead of 55 KB per stage from L2 per CTA.
+    {256, 144, 128, 2, 3, 1, true, true, 136, 2},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 
@@ -200,6 +209,10 @@ constexpr bool decode_tiles_valid() {
     if (t.chunk() > t.nt || (t.chunk() < t.nt && (!t.wgmma || !t.warp_specialized || t.chunk() % 8 || t.chunk() < 64)))
       return false;
     if (t.ctas_per_sm < 1 || t.max_stages < DecodeSmemLayout::kMinStages || t.max_stages > 8) return false;
+    // clusters: warp-specialized wgmma tiles without split-K (both CTAs walk the same items and K
+    // stages), whose stage's 64-k activation atoms divide among the cluster's CTAs
+    if (t.cluster_n < 1 || t.cluster_n > 2) return false;
+    if (t.cluster_n > 1 && (!t.warp_specialized || !t.wgmma || t.splits_k() || (t.bk / 64) % t.cluster_n)) return false;
     if (t.wgmma && !t.warp_specialized &&
         (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64))
       return false;

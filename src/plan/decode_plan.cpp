@@ -17,7 +17,8 @@ std::string decode_tile_name(int tile_index) {
   std::ostringstream os;
   os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles << "_c" << t.ctas_per_sm
      << (t.warp_specialized ? (t.wgmma ? "_ws" : "_ws_sync") : t.wgmma ? "_wgmma" : "")
-     << (t.chunk() < t.nt ? "_ch" + std::to_string(t.chunk()) : std::string());
+     << (t.chunk() < t.nt ? "_ch" + std::to_string(t.chunk()) : std::string())
+     << (t.cluster_n > 1 ? "_cl" + std::to_string(t.cluster_n) : std::string());
   return os.str();
 }
 
@@ -91,6 +92,13 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   if (n % t.bm != 0 || k % t.bk != 0) {
     p.fits = false;
     why << name << " does not divide the problem: N = " << n << " (tile " << t.bm << "), K = " << k << " (tile " << t.bk << ")";
+    p.explanation = why.str();
+    return p;
+  }
+  if ((n / t.bm) % t.cluster_n != 0) {
+    p.fits = false;
+    why << name << ": its clusters of " << t.cluster_n << " CTAs take adjacent N tiles of one token chunk, and N = " << n
+        << " has " << n / t.bm << " tiles of " << t.bm << " rows, not a multiple of " << t.cluster_n;
     p.explanation = why.str();
     return p;
   }

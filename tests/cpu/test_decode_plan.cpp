@@ -75,6 +75,24 @@ TEST(DecodePlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
   }
 }
 
+TEST(DecodePlan, ClusterTilesNeedWholeClustersOfNTiles) {
+  const SmemBudget sm90 = budget_of(find_arch("sm_90"));
+  int clustered = 0;
+  for (int i = 0; i < kNumDecodeTiles; ++i) {
+    const DecodeTile& t = kDecodeTiles[i];
+    if (t.cluster_n == 1) continue;
+    ++clustered;
+    EXPECT_TRUE(t.wgmma && t.warp_specialized && !t.splits_k()) << decode_tile_name(i);
+    EXPECT_NE(decode_tile_name(i).find("_cl" + std::to_string(t.cluster_n)), std::string::npos) << decode_tile_name(i);
+    EXPECT_TRUE(plan_decode_tile(i, int64_t(t.bm) * t.cluster_n, 2048, sm90).fits) << decode_tile_name(i);
+    EXPECT_TRUE(plan_decode_tile(i, 6144, 2048, sm90).fits) << decode_tile_name(i);
+    const SmemPlan odd = plan_decode_tile(i, int64_t(t.bm) * (2 * t.cluster_n + 1), 2048, sm90);
+    EXPECT_FALSE(odd.fits) << decode_tile_name(i);
+    EXPECT_NE(odd.explanation.find("not a multiple of " + std::to_string(t.cluster_n)), std::string::npos) << odd.explanation;
+  }
+  EXPECT_GE(clustered, 1);
+}
+
 TEST(DecodePlan, RankingFallsBackToStagesOf128KWhereKIsNoMultipleOf256) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
   for (int64_t k : {int64_t(384), int64_t(2048 + 128)}) {

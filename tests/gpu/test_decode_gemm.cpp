@@ -323,7 +323,8 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
   int ran = 0;
   for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
     if (!plan::kDecodeTiles[tile].wgmma) continue;
-    const plan::SmemPlan p = plan::plan_decode_tile(tile, 256, 2048, budget);
+    const int64_t n0 = 256 * plan::kDecodeTiles[tile].cluster_n;  // (a cluster's CTAs take adjacent N tiles)
+    const plan::SmemPlan p = plan::plan_decode_tile(tile, n0, 2048, budget);
     if (!p.fits) {
       std::printf("  %s not run here: %s\n", p.config.c_str(), p.explanation.c_str());
       continue;
@@ -334,7 +335,7 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
     const bool prefill_tile = t.nt >= 64;
     for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4}) {
       if (f == Fp4Format::mxfp4 && !prefill_tile) continue;
-      const CaseResult r = run_case(f, 256, 2048, {65, 0, 100, 128, 129, 255, 256, 1000, 4096, 3, 168, 144, 145, 272, 273, 140, 280, 281}, tile, budget, 41 + tile);
+      const CaseResult r = run_case(f, n0, 2048, {65, 0, 100, 128, 129, 255, 256, 1000, 4096, 3, 168, 144, 145, 272, 273, 140, 280, 281}, tile, budget, 41 + tile);
       EXPECT_EQ(r.unwritten, 0) << p.config;
       EXPECT_LT(r.rel_err, 1e-2) << p.config << " " << to_string(f);
       EXPECT_LT(r.worst_row_rel_err, 1e-2) << p.config << " " << to_string(f);
