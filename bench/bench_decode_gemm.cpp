@@ -301,12 +301,13 @@ int main(int argc, char** argv) {
         }
 
         if (skip_peers) {
-          fmt::print("{} T={} tile {}: {:.4f} ms over {} routings ({:.4f} ms one launch per graph, eager {:.4f} ms)\n", g.name,
-                     T, plan::decode_tile_name(best_tile), best.median_ms, routings, single.median_ms, eager.median_ms);
+          fmt::print("{} T={} tile {}: {:.4f} ms over {} routings ({:.4f} ms one launch per graph, eager {:.4f} ms, grid {})\n",
+                     g.name, T, plan::decode_tile_name(best_tile), best.median_ms, routings, single.median_ms, eager.median_ms,
+                     kernels::decode_launch_grid(best_launch));
           cases.push_back({{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
                            {"bytes", bytes}, {"flops", flops}, {"floor_ms", floor_ms},
-                           {"best_tile", plan::decode_tile_name(best_tile)}, {"median_ms", best.median_ms},
-                           {"min_ms", best.min_ms}, {"max_ms", best.max_ms}, {"routings", routings},
+                           {"best_tile", plan::decode_tile_name(best_tile)}, {"grid", kernels::decode_launch_grid(best_launch)},
+                           {"median_ms", best.median_ms}, {"min_ms", best.min_ms}, {"max_ms", best.max_ms}, {"routings", routings},
                            {"single_launch_ms", single.median_ms}, {"eager_ms", eager.median_ms},
                            {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12}, {"tiles", tiles}});
           continue;

@@ -121,11 +121,12 @@ __device__ __forceinline__ uint32_t cluster_smem_addr(const void* local, uint32_
   return remote;
 }
 
-// One arrival on the mbarrier at shared::cluster address `bar` (cluster_smem_addr),
-// releasing this thread's prior reads and writes at cluster scope.
+// One arrival on the mbarrier at shared::cluster address `bar` (cluster_smem_addr).
+// CTA-scope release, as the in-CTA arrival: it orders no global memory (a
+// cluster-scope release would wait for the epilogue's stores to drain).
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar) {
 #ifdef FP4MOE_SM90_ASYNC
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #else
   (void)bar;
   __trap();

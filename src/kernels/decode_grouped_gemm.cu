@@ -398,6 +398,10 @@ plan::SplitKPlan decode_launch_k_splits(const DecodeGemmArgs& a, const DecodeLau
   return k_split_plan(a, launch, launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, pl.smem_bytes));
 }
 
+int decode_launch_grid(const DecodeLaunch& launch) {
+  return launch.grid > 0 ? launch.grid : resident_ctas(current_device(), launch.tile, decode_launch_smem_bytes(launch));
+}
+
 int64_t decode_launch_smem_bytes(const DecodeLaunch& launch) {
   FP4MOE_CHECK(launch.tile >= 0 && launch.tile < plan::kNumDecodeTiles,
                "decode tile index " << launch.tile << " is outside 0.." << plan::kNumDecodeTiles - 1);

@@ -80,6 +80,10 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& args, const DecodeLaunch& 
 // The split-K plan the launch will run with (plan/split_k.hpp), and why.
 plan::SplitKPlan decode_launch_k_splits(const DecodeGemmArgs& args, const DecodeLaunch& launch);
 
+// CTAs the launch will run: launch.grid, or as many as are resident at once
+// (whole clusters on tiles in clusters).
+int decode_launch_grid(const DecodeLaunch& launch);
+
 // Dynamic shared memory the launch will use (the planner's figure).
 int64_t decode_launch_smem_bytes(const DecodeLaunch& launch);
 

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
       async::mbarrier_init(&full[s], 1);  // the producer's expect_tx arrival
-      async::mbarrier_init(&empty[s], kConsumerWarps * 32 * kCluster);
+      async::mbarrier_init(&empty[s], kConsumerWarps * 32 * kCluster);  // every consumer thread of the cluster
     }
     async::fence_barrier_init();
   }
@@ -223,13 +223,15 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   const int gtid = tid - kProducerThreads - cg * 128;
   // Every consumer thread arrives (its own reads are done): a lane-0 branch
   // here would make ptxas serialize the wgmma pipeline (C7513).
-  // Clusters of two: the peer CTA's "empty" barrier too, one remote arrival (an
-  // arrival on every rank through mapa made ptxas serialize the wgmma pipeline,
-  // C7513; the peer's address kept across the loop spilled).
+  // Clusters: each consumer thread also arrives on the peer CTA's barrier (one
+  // thread per warpgroup and CTA would do, but predicating the arrival on the
+  // thread made ptxas serialize the wgmma pipeline, C7513).
   static_assert(kCluster <= 2, "release arrives on this CTA's and one peer's barriers");
   auto release = [&](int s) {
+    if constexpr (kCluster > 1) {
+      async::mbarrier_arrive_cluster(async::cluster_smem_addr(&empty[s], (blockIdx.x % kCluster) ^ 1u));
+    }
     async::mbarrier_arrive(&empty[s]);
-    if constexpr (kCluster > 1) async::mbarrier_arrive_cluster(async::cluster_smem_addr(&empty[s], (blockIdx.x % kCluster) ^ 1u));
   };
   // This warp's 16-byte weight and scale pieces of granule kk, per m64 block.
   auto load_weight_granules = [&](const uint8_t* st, int kk, uint4 (&wq)[kMB], uint4 (&sq)[kMB]) {
