@@ -5,6 +5,7 @@
 #include <set>
 
 #include "fp4moe/error.hpp"
+#include "plan/tune_rounds.hpp"
 #include "runtime/captured_graph.hpp"
 #include "runtime/ceilings.hpp"
 #include "runtime/cuda_check.hpp"
@@ -78,23 +79,37 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
       row.tokens = T;
       row.bucket = plan::token_bucket(tpe);
       row.default_tile = plan::decode_tile_name(def);
-      int best = -1, best_stages = 0;
+      // what the layer would run, the permuted copy of a warp-specialized GEMM1 included,
+      // replayed from a CUDA graph as the layer runs in serving (and in `fp4moe bench`)
+      const auto time_tile = [&](int t, int stages, int warmup, int reps) {
+        try {
+          return time_graph_replay([&] { m.launch_gemm({t, stages}, *g.w, in, gather, gemm_rows, offs, epi, y, s); }, s,
+                                   warmup, reps).median_ms;
+        } catch (const Error& e) {
+          throw Error("tune: " + std::string(g.name) + " tile " + plan::decode_tile_name(t) +
+                      " failed although the planner accepted it (" +
+                      plan::plan_decode_tile(t, g.w->n, g.w->k, m.budget).explanation + "): " + e.what() +
+                      ". This is a bug; please report it.");
+        }
+      };
+      // Sweep every tile the planner accepts, then time the close ones again in
+      // rotated rounds (plan/tune_rounds.hpp: the sweep's order favours the early tiles).
+      std::vector<plan::TileTiming> sweep;
       for (int t = 0; t < plan::kNumDecodeTiles; ++t) {
         const plan::SmemPlan p = plan::plan_decode_tile(t, g.w->n, g.w->k, m.budget);
         if (!p.fits) continue;
-        TimingStats ts;
-        try {
-          // what the layer would run, the permuted copy of a warp-specialized GEMM1 included,
-          // replayed from a CUDA graph as the layer runs in serving (and in `fp4moe bench`)
-          ts = time_graph_replay([&] { m.launch_gemm({t, p.stages}, *g.w, in, gather, gemm_rows, offs, epi, y, s); }, s, 3,
-                                 15);
-        } catch (const Error& e) {
-          throw Error("tune: " + std::string(g.name) + " tile " + p.config + " failed although the planner accepted it (" +
-                      p.explanation + "): " + e.what() + ". This is a bug; please report it.");
-        }
-        if (t == def) row.default_ms = ts.median_ms;
-        if (best < 0 || ts.median_ms < row.tuned_ms) best = t, best_stages = p.stages, row.tuned_ms = ts.median_ms;
+        sweep.push_back({t, p.stages, time_tile(t, p.stages, 3, 15)});
         if (progress) progress(++done, total, std::string(g.name) + " T=" + std::to_string(T) + " " + p.config);
+      }
+      FP4MOE_CHECK(!sweep.empty(), "tune: no tile fits " << g.name << " (N = " << g.w->n << ", K = " << g.w->k << ")");
+      const std::vector<plan::TileTiming> close = plan::close_candidates(sweep, def, 0.15, 4);
+      const std::vector<double> medians =
+          close.size() > 1 ? plan::interleaved_medians(close, 5, [&](const plan::TileTiming& cand) { return time_tile(cand.tile, cand.stages, 1, 5); })
+                           : std::vector<double>{close.front().ms};
+      int best = -1, best_stages = 0;
+      for (size_t i = 0; i < close.size(); ++i) {
+        if (close[i].tile == def) row.default_ms = medians[i];
+        if (best < 0 || medians[i] < row.tuned_ms) best = close[i].tile, best_stages = close[i].stages, row.tuned_ms = medians[i];
       }
       row.tuned_tile = plan::decode_tile_name(best);
       m.cache->put(m.tune_key(*g.w, tpe, epi), {row.tuned_tile, best_stages, row.tuned_ms, row.default_tile, row.default_ms});
