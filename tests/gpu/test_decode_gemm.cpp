@@ -360,6 +360,37 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
   }
 }
 
+// The prefill tiles (128+ tokens, warp-specialized) at the decode issue's other
+// shapes: K = 7168, N = 2048 and 7168 (28 N tiles: even, so the cluster tile runs),
+// ragged counts from 65 rows. One shape per tile, in turn, so every shape runs on
+// some tile (all 15 pairs passed in session 9, in 170 s: the CPU reference at
+// these sizes is what costs).
+TEST(GpuDecodeGemm, PrefillTilesAtTheOtherModelShapes) {
+  FP4MOE_REQUIRE_GPU();
+  const plan::SmemBudget budget = device_capacity();
+  const std::pair<int64_t, int64_t> shapes[] = {{7168, 7168}, {2048, 7168}, {7168, 2048}};
+  int ran = 0, prefill_tiles = 0;
+  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
+    const plan::DecodeTile& t = plan::kDecodeTiles[tile];
+    if (!t.wgmma || !t.warp_specialized || t.nt < 128) continue;
+    {
+      const auto [n, k] = shapes[prefill_tiles++ % 3];
+      const plan::SmemPlan p = plan::plan_decode_tile(tile, n, k, budget);
+      if (!p.fits) continue;
+      ++ran;
+      const CaseResult r = run_case(Fp4Format::nvfp4, n, k, {65, 0, 130, 281}, tile, budget, 5 + tile, Rows::contiguous);
+      EXPECT_EQ(r.unwritten, 0) << p.config << " N " << n << " K " << k;
+      EXPECT_LT(r.rel_err, 1e-2) << p.config << " N " << n << " K " << k;
+      EXPECT_LT(r.worst_row_rel_err, 1e-2) << p.config << " N " << n << " K " << k;
+      std::printf("  %-38s N %5ld K %5ld rel err %.3e\n", p.config.c_str(), long(n), long(k), r.rel_err);
+    }
+  }
+  if (budget.cc == 90) {
+    EXPECT_EQ(ran, prefill_tiles) << "every prefill tile should fit its shape on sm_90";
+    EXPECT_GE(ran, 3) << "every shape should run";
+  }
+}
+
 }  // namespace
 }  // namespace fp4moe
 
