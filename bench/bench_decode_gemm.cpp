@@ -326,7 +326,8 @@ int main(int argc, char** argv) {
 
         json c = {{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
                   {"active_experts", active}, {"max_rows_per_expert", max_rows}, {"bytes", bytes},
-                  {"flops", flops}, {"floor_ms", floor_ms}, {"default_tile", plan::decode_tile_name(def_tile)},
+                  {"flops", flops}, {"floor_ms", floor_ms}, {"grid", kernels::decode_launch_grid(best_launch)},
+                  {"default_tile", plan::decode_tile_name(def_tile)},
                   {"default_ms", default_ms}, {"best_tile", plan::decode_tile_name(best_tile)},
                   {"median_ms", best.median_ms}, {"min_ms", best.min_ms}, {"max_ms", best.max_ms},
                   {"routings", routings}, {"single_launch_ms", single.median_ms},

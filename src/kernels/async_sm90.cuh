@@ -91,15 +91,6 @@ __device__ __forceinline__ void tensor_copy_3d(void* smem, const CUtensorMap* ma
 
 // --- thread-block clusters (sm_90) ---
 
-// This CTA's rank in its cluster.
-__device__ __forceinline__ uint32_t cluster_cta_rank() {
-  uint32_t r = 0;
-#ifdef FP4MOE_SM90_ASYNC
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-#endif
-  return r;
-}
-
 // Every thread of the cluster that has not exited meets here; what each wrote
 // before (shared memory, mbarrier initializations) is visible to all after.
 __device__ __forceinline__ void cluster_sync() {

@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     const WorkItem w = work_item(j++);
     constexpr int kEpiStride = static_cast<int>(L.epilogue_row_stride() / 4);
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+    for (int mt = 0; mt < MT && p.debug_mode != 3; ++mt) {  // (3: nothing staged or written)
       const int f = (warp * MT + mt) * 16 + lane / 4;
       // rows f and f+8 share a 16-row group, hence a dequant scale part
       const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + f);
@@ -399,6 +399,8 @@ plan::SplitKPlan decode_launch_k_splits(const DecodeGemmArgs& a, const DecodeLau
 }
 
 int decode_launch_grid(const DecodeLaunch& launch) {
+  FP4MOE_CHECK(launch.grid > 0 || launch.stages >= 1,
+               "decode_launch_grid: launch.stages = " << launch.stages << " (the planner's count is needed to size the grid)");
   return launch.grid > 0 ? launch.grid : resident_ctas(current_device(), launch.tile, decode_launch_smem_bytes(launch));
 }
 

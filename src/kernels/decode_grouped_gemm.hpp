@@ -69,7 +69,7 @@ struct DecodeLaunch {
   int tile = 0;     // index into plan::kDecodeTiles
   int stages = 0;   // from the planner
   int grid = 0;     // persistent CTAs; 0 = fill the device
-  int debug_mode = 0;  // benchmark diagnostics only: 1 = loads only, 2 = compute only, 3 = no output written (wrong results)
+  int debug_mode = 0;  // benchmark diagnostics only: 1 = loads only, 2 = compute only, 3 = no output tile staged or written (wrong results)
   int k_splits = 0; // split-K: 0 = the planner's choice (plan_k_splits), 1 = none, n = n parts (needs the workspace)
 };
 

@@ -13,7 +13,8 @@
 //   gathered rows into expert order (gathering them in the kernel, by cp.async
 //   or by one-row boxes, cost GEMM1 1.5x to 5x; docs/kernels.md). Completion
 //   is an mbarrier transaction count ("full"); consumers hand slots back
-//   through an "empty" mbarrier, one arrival per consumer thread.
+//   through an "empty" mbarrier, one arrival per consumer thread (tiles in
+//   clusters: also one on the peer CTA's, whose multicast fills this slot too).
 // - Consumers: each warpgroup owns 64 x warp_m_tiles weight rows; every k16
 //   step it dequantizes its A fragments in registers and then, on wgmma tiles,
 //   issues one wgmma m64 x nt x k16 per m64 block with the tokens from shared

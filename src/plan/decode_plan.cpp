@@ -167,8 +167,8 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // deeper pipeline; small bm when there are too few items for the SMs.
   // On sm_90 the warp-specialized tiles win (bench/results/2026-11-30-gathercopy-*):
   // below ~24 tokens per expert those with mma.sync consumers; from ~24 the
-  // warpgroup-MMA tiles, 64-token bm256 (four consumer warpgroups) to ~48, then
-  // (its stages of 256 k where K allows: 1.02x to 1.08x over 128 k at 16 and 32 tokens
+  // warpgroup-MMA tiles, 64-token bm256 (four consumer warpgroups) to ~48 (with
+  // stages of 256 k where K allows: 1.02x to 1.07x over 128 k at 16 and 32 tokens
   // per expert in an interleaved A/B, bench/results/2026-11-30-session9-h200.md), then
   // the 128-token tile with the most weight rows per activation byte; from
   // ~112 its variant whose last chunk per expert takes up to 16 more rows, from
@@ -193,7 +193,8 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
       for (int i = 0; i < kNumDecodeTiles; ++i) {
         const DecodeTile& t = kDecodeTiles[i];
         if (t.warp_specialized && t.wgmma && t.bm == want.bm && t.nt == want.nt && t.chunk() == want.chunk &&
-            t.warp_m_tiles == want.warp_m_tiles && t.bk == want.bk && plan_decode_tile(i, n, k, capacity).fits)
+            t.warp_m_tiles == want.warp_m_tiles && t.bk == want.bk && t.cluster_n == 1 &&
+            plan_decode_tile(i, n, k, capacity).fits)
           return i;
       }
     }

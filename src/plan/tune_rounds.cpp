@@ -23,12 +23,12 @@ std::vector<TileTiming> close_candidates(const std::vector<TileTiming>& sweep, i
 
 std::vector<double> interleaved_medians(const std::vector<TileTiming>& candidates, int rounds,
                                         const std::function<double(const TileTiming&)>& time_once) {
-  FP4MOE_CHECK(rounds >= 1, "interleaved_medians: rounds = " << rounds << " is not positive");
+  FP4MOE_CHECK(rounds >= 2 && rounds % 2 == 0, "interleaved_medians: rounds = " << rounds << " is not a positive even number");
   const std::size_t n = candidates.size();
   std::vector<std::vector<double>> times(n);
   for (int r = 0; r < rounds; ++r)
     for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t c = (i + std::size_t(r)) % n;
+      const std::size_t c = r % 2 ? n - 1 - i : i;
       times[c].push_back(time_once(candidates[c]));
     }
   std::vector<double> medians;

@@ -2,8 +2,10 @@
 // while the GPU heats toward its power cap (700 W on the H200), so a tile late
 // in the list measured up to ~20% slower than the same tile timed cool
 // (session 9: the tune and an interleaved A/B disagreed on the 64-token tile).
-// The close candidates of the sweep are therefore timed again in rounds, each
-// round in a rotated order, and compared by the median of their rounds.
+// The close candidates of the sweep are therefore timed again in rounds, every
+// other round in reverse order, and compared by the median of their rounds:
+// with an even number of rounds every candidate's median falls at the same
+// point of a steady drift.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -23,9 +25,10 @@ struct TileTiming {
 std::vector<TileTiming> close_candidates(const std::vector<TileTiming>& sweep, int must_include, double margin,
                                          std::size_t max_count);
 
-// Times every candidate once per round (`time_once` returns milliseconds),
-// starting each round one candidate later, and returns each candidate's
-// median over the rounds, in the candidates' order.
+// Times every candidate once per round (`time_once` returns milliseconds), in
+// the candidates' order in even rounds and in reverse in odd ones, and returns
+// each candidate's median over the rounds, in the candidates' order. `rounds`
+// must be even.
 std::vector<double> interleaved_medians(const std::vector<TileTiming>& candidates, int rounds,
                                         const std::function<double(const TileTiming&)>& time_once);
 

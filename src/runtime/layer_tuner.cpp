@@ -93,7 +93,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
         }
       };
       // Sweep every tile the planner accepts, then time the close ones again in
-      // rotated rounds (plan/tune_rounds.hpp: the sweep's order favours the early tiles).
+      // alternating rounds (plan/tune_rounds.hpp: the sweep's order favours the early tiles).
       std::vector<plan::TileTiming> sweep;
       for (int t = 0; t < plan::kNumDecodeTiles; ++t) {
         const plan::SmemPlan p = plan::plan_decode_tile(t, g.w->n, g.w->k, m.budget);
@@ -104,7 +104,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
       FP4MOE_CHECK(!sweep.empty(), "tune: no tile fits " << g.name << " (N = " << g.w->n << ", K = " << g.w->k << ")");
       const std::vector<plan::TileTiming> close = plan::close_candidates(sweep, def, 0.15, 4);
       const std::vector<double> medians =
-          close.size() > 1 ? plan::interleaved_medians(close, 5, [&](const plan::TileTiming& cand) { return time_tile(cand.tile, cand.stages, 1, 5); })
+          close.size() > 1 ? plan::interleaved_medians(close, 6, [&](const plan::TileTiming& cand) { return time_tile(cand.tile, cand.stages, 1, 5); })
                            : std::vector<double>{close.front().ms};
       int best = -1, best_stages = 0;
       for (size_t i = 0; i < close.size(); ++i) {
