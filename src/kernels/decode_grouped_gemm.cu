@@ -324,9 +324,7 @@ int resident_ctas(DeviceState& ds, int tile, int64_t smem) {
   if (ds.occupancy_bytes[ti] != smem) {
     if (cluster > 1) {
       // clusters: as many CTAs as whole clusters can be resident at once (GPCs place them)
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim = {static_cast<unsigned>(cluster), 1, 1};
+      cudaLaunchAttribute attr = cluster_dimension(static_cast<unsigned>(cluster));
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3(static_cast<unsigned>(cluster * ds.sm_count));
       cfg.blockDim = dim3(static_cast<unsigned>(plan::kDecodeTiles[tile].threads()));

@@ -29,6 +29,14 @@ __device__ __forceinline__ void allow_dependent_grids() {
 }
 
 
+// The launch attribute for thread-block clusters of `cluster_x` CTAs along x.
+inline cudaLaunchAttribute cluster_dimension(unsigned cluster_x) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim = {cluster_x, 1, 1};
+  return a;
+}
+
 // `cluster_x` > 1: thread-block clusters of that many CTAs along x (grid.x a multiple of it).
 template <typename... Params, typename... Args>
 void launch_dependent_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
@@ -39,10 +47,7 @@ void launch_dependent_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 blo
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster_x > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n++].val.clusterDim = {cluster_x, 1, 1};
-  }
+  if (cluster_x > 1) attr[n++] = cluster_dimension(cluster_x);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;

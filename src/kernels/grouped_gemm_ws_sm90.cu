@@ -112,6 +112,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // The items this CTA walks: its cluster's, each with its own N tile.
   auto first_item = [] { return int(blockIdx.x) / kCluster; };
   auto item_stride = [] { return int(gridDim.x) / kCluster; };
+  auto cluster_rank = [] { return int(blockIdx.x) % kCluster; };  // (clusters run along x)
   // The schedule is recomputed from the parameters and shared memory where it is
   // used: values kept live across setmaxnreg spill (ptxas).
   auto n_tiles = [&] { return static_cast<int>(p.n / T.bm); };
@@ -129,7 +130,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   auto kt_begin = [&](int split, int parts) { return static_cast<int>(p.k / T.bk) * split / parts; };
   auto item = [&](int i, int parts) {
     WorkItem w = work_item<T.chunk(), true>(i / parts, prefix, p.expert_offsets, E, prefix[E], n_tiles() / kCluster);
-    if constexpr (kCluster > 1) w.ntile = w.ntile * kCluster + int(blockIdx.x) % kCluster;
+    if constexpr (kCluster > 1) w.ntile = w.ntile * kCluster + cluster_rank();
     // rows at or past P (expert_offsets[E] above the caller's P) are neither loaded nor written
     w.rows = static_cast<int>(min(int64_t(w.rows), p.permuted_rows - w.row0));
     return w;
@@ -205,7 +206,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
             for (int a = 0; a < kWGranPerStage; ++a) {
               uint8_t* dst = st + L.act_offset() + a * (T.nt * 128);
               if constexpr (kCluster > 1) {
-                if (a % kCluster == int(blockIdx.x) % kCluster)
+                if (a % kCluster == cluster_rank())
                   async::tensor_copy_2d_multicast(dst, &maps.x, kt * T.bk + a * 64, w.row0, &full[slot], kClusterMask);
               } else {
                 async::tensor_copy_2d(dst, &maps.x, kt * T.bk + a * 64, w.row0, &full[slot]);
@@ -230,7 +231,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   static_assert(kCluster <= 2, "release arrives on this CTA's and one peer's barriers");
   auto release = [&](int s) {
     if constexpr (kCluster > 1) {
-      async::mbarrier_arrive_cluster(async::cluster_smem_addr(&empty[s], (blockIdx.x % kCluster) ^ 1u));
+      async::mbarrier_arrive_cluster(async::cluster_smem_addr(&empty[s], uint32_t(cluster_rank() ^ 1)));
     }
     async::mbarrier_arrive(&empty[s]);
   };

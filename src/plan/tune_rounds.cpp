@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/median.hpp"
 #include "fp4moe/error.hpp"
 
 namespace fp4moe::plan {
@@ -34,7 +35,7 @@ std::vector<double> interleaved_medians(const std::vector<TileTiming>& candidate
   std::vector<double> medians;
   for (std::vector<double>& t : times) {
     std::sort(t.begin(), t.end());
-    medians.push_back(t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]));
+    medians.push_back(detail::median_of_sorted(t));
   }
   return medians;
 }

@@ -103,9 +103,9 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
       }
       FP4MOE_CHECK(!sweep.empty(), "tune: no tile fits " << g.name << " (N = " << g.w->n << ", K = " << g.w->k << ")");
       const std::vector<plan::TileTiming> close = plan::close_candidates(sweep, def, 0.15, 4);
+      const auto time_once = [&](const plan::TileTiming& cand) { return time_tile(cand.tile, cand.stages, 1, 5); };
       const std::vector<double> medians =
-          close.size() > 1 ? plan::interleaved_medians(close, 6, [&](const plan::TileTiming& cand) { return time_tile(cand.tile, cand.stages, 1, 5); })
-                           : std::vector<double>{close.front().ms};
+          close.size() > 1 ? plan::interleaved_medians(close, 6, time_once) : std::vector<double>{close.front().ms};
       int best = -1, best_stages = 0;
       for (size_t i = 0; i < close.size(); ++i) {
         if (close[i].tile == def) row.default_ms = medians[i];

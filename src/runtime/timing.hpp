@@ -4,6 +4,7 @@
 #include <functional>
 #include <vector>
 
+#include "common/median.hpp"
 #include "runtime/cuda_check.hpp"
 
 namespace fp4moe {
@@ -36,7 +37,7 @@ inline TimingStats time_on_stream(const std::function<void()>& fn, cudaStream_t 
   s.reps = reps;
   s.min_ms = ms.front();
   s.max_ms = ms.back();
-  s.median_ms = reps % 2 ? ms[size_t(reps / 2)] : 0.5 * (ms[size_t(reps / 2 - 1)] + ms[size_t(reps / 2)]);
+  s.median_ms = detail::median_of_sorted(ms);
   return s;
 }
 
