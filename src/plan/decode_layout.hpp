@@ -44,6 +44,9 @@ struct DecodeTile {
   // each CTA issuing its share: the activation bytes from L2 per CTA divide by
   // this. Needs the expert's N tiles in whole clusters (the planner checks).
   int cluster_n = 1;
+  // Warp-specialized tiles: tokens staged per epilogue pass (0: the default,
+  // epilogue_tokens() below). Fewer free shared memory for a deeper stage ring.
+  int epilogue_token_rows = 0;
 
   constexpr int chunk() const { return chunk_rows > 0 ? chunk_rows : nt; }
   constexpr int64_t chunks_of(int64_t rows) const { return token_chunks(rows, chunk(), nt); }
@@ -114,6 +117,11 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     // Prefill with chunks of 136 in clusters of two N tiles sharing the activations (multicast):
     // 36.5 instead of 55 KB per stage from L2 per CTA.
     {256, 144, 128, 2, 3, 1, true, true, 136, 2},
+    // Candidate: the 64-token tile with stages of 256 k, three of them, its epilogue staged 16
+    // tokens at a time (17 instead of 68 KB; 8 at a time spilled). Leaving the output writes out made tile 31 15%
+    // faster at T = 1024 while its math alone (with the writes) was not slower than that: the
+    // two-stage ring runs dry behind each item's epilogue.
+    {256, 64, 256, 1, 3, 1, true, true, 0, 1, 16},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 
@@ -157,6 +165,7 @@ struct DecodeSmemLayout {
   // (bm x nt > 128 x 128), which stage 64 (48 where 64 does not divide nt: 144
   // rows) at a time to leave room for three stages.
   constexpr int64_t epilogue_tokens() const {
+    if (tile.epilogue_token_rows > 0) return tile.epilogue_token_rows;
     return tile.warp_specialized && int64_t(tile.bm) * tile.nt > 128 * 128 ? (tile.nt % 64 == 0 ? 64 : 48) : tile.nt;
   }
   constexpr int64_t epilogue_group_bytes() const { return epilogue_tokens() * epilogue_row_stride(); }
@@ -212,6 +221,8 @@ constexpr bool decode_tiles_valid() {
     // clusters: warp-specialized wgmma tiles without split-K (both CTAs walk the same items and K
     // stages), whose stage's 64-k activation atoms divide among the cluster's CTAs
     if (t.cluster_n < 1 || t.cluster_n > 2) return false;
+    if (t.epilogue_token_rows < 0 || (t.epilogue_token_rows > 0 && (!t.warp_specialized || t.epilogue_token_rows % 8)))
+      return false;
     if (t.cluster_n > 1 && (!t.warp_specialized || !t.wgmma || t.splits_k() || (t.bk / 64) % t.cluster_n)) return false;
     if (t.wgmma && !t.warp_specialized &&
         (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64))

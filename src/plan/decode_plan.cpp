@@ -18,7 +18,8 @@ std::string decode_tile_name(int tile_index) {
   os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles << "_c" << t.ctas_per_sm
      << (t.warp_specialized ? (t.wgmma ? "_ws" : "_ws_sync") : t.wgmma ? "_wgmma" : "")
      << (t.chunk() < t.nt ? "_ch" + std::to_string(t.chunk()) : std::string())
-     << (t.cluster_n > 1 ? "_cl" + std::to_string(t.cluster_n) : std::string());
+     << (t.cluster_n > 1 ? "_cl" + std::to_string(t.cluster_n) : std::string())
+     << (t.epilogue_token_rows > 0 ? "_e" + std::to_string(t.epilogue_token_rows) : std::string());
   return os.str();
 }
 
