@@ -70,13 +70,16 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // Registers: the launch gives every thread the cap of __launch_bounds__ (multiples
   // of 8); where that is too few, the producer keeps 72 (40 where four consumer
   // warpgroups share the SM's registers, or where 144+ accumulators per thread
-  // spill at 216) and the consumers share the rest.
+  // spill at 216; 24, the least, where three CTAs share them) and the consumers
+  // share the rest.
   constexpr int kRegCap = (65536 / (T.threads() * T.ctas_per_sm)) / 8 * 8;
-  constexpr int kProducerRegs = kRegCap < 128 || T.accumulators_per_thread() > 128 ? 40 : 72;
+  constexpr int kProducerRegs = kRegCap < 64 ? 24 : kRegCap < 128 || T.accumulators_per_thread() > 128 ? 40 : 72;
   // Tiles with 128+ accumulators per thread (64+ with mma.sync, whose fragments
   // and activation tiles are per warp) are short of registers at the cap, and
-  // wgmma tiles of four consumer warpgroups (96 each: their A fragment pipeline spills).
-  constexpr bool kReallocate = T.warp_m_tiles * T.nt > (T.wgmma ? 128 : 64) || (T.wgmma && kRegCap < 128);
+  // wgmma tiles of four consumer warpgroups (96 each: their A fragment pipeline spills),
+  // and tiles of three CTAs per SM (56: the mma.sync consumers spill).
+  constexpr bool kReallocate =
+      T.warp_m_tiles * T.nt > (T.wgmma ? 128 : 64) || (T.wgmma && kRegCap < 128) || kRegCap < 64;
   constexpr int kConsumerRegs =
       (T.threads() * kRegCap - kProducerThreads * kProducerRegs) / (T.threads() - kProducerThreads) / 8 * 8 > 232
           ? 232

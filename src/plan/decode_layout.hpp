@@ -112,16 +112,17 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     // (expected items per expert at 256 and 512 tokens: 2.06 and 4.04 against 2.15 and 4.23).
     {256, 144, 128, 2, 3, 1, true, true, 136},
     // The 64-token decode tile with stages of 256 k: one barrier wait per 16 k16 steps instead
-    // of 8 (about 30 of a stage's 212 instructions are its wait, hand-back and cursor).
-    {256, 64, 256, 1, 2, 1, true, true},
+    // of 8 (about 30 of a stage's 212 instructions are its wait, hand-back and cursor). Its
+    // epilogue stages 16 tokens at a time (17 instead of 68 KB; 8 at a time spilled), so three
+    // stages fit instead of two: with two, the ring ran dry behind each item's epilogue
+    // (1.02x to 1.04x in an interleaved A/B, bench/results/2026-11-30-session10-h200.md).
+    {256, 64, 256, 1, 3, 1, true, true, 0, 1, 16},
     // Prefill with chunks of 136 in clusters of two N tiles sharing the activations (multicast):
     // 36.5 instead of 55 KB per stage from L2 per CTA.
     {256, 144, 128, 2, 3, 1, true, true, 136, 2},
-    // Candidate: the 64-token tile with stages of 256 k, three of them, its epilogue staged 16
-    // tokens at a time (17 instead of 68 KB; 8 at a time spilled). Leaving the output writes out made tile 31 15%
-    // faster at T = 1024 while its math alone (with the writes) was not slower than that: the
-    // two-stage ring runs dry behind each item's epilogue.
-    {256, 64, 256, 1, 3, 1, true, true, 0, 1, 16},
+    // One token at GLM-5's GEMM2: 384 items of 128 rows run in one round of three CTAs per SM
+    // (two rounds of two: 1.13x; the ranking takes it only where its items fill one round).
+    {128, 8, 256, 1, 3, 3, false, true},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
 

@@ -214,7 +214,19 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
                    std::min(t.ctas_per_sm * t.warps(), 24) * 4.0 + std::min(p.stages, 5) + t.bk / 256.0;
     // Where they fit (sm_90), the warp-specialized mma.sync tiles beat the all-warps ones at
     // every decode size measured: their producer's tensor copies leave the issue slots to the math.
-    if (t.warp_specialized) score += 100.0;
+    if (t.warp_specialized) {
+      score += 100.0;
+      // Among them, more than 16 math warps per SM paid only where the items then run in one
+      // round: three CTAs of 8 warps against one of 16 were 2-3% slower at 4 tokens per expert,
+      // even at 1.6, 1.13x faster for GLM-5 GEMM2 at one token (384 items of 128 rows: one round
+      // of 396 CTAs instead of two of 264), 1.25x slower for its GEMM1 (256 items on 396 CTAs
+      // leave SMs with one and with three) (bench/results/2026-11-30-session10-h200.md). So with
+      // one or two rounds, the share of resident CTAs the last round leaves idle counts.
+      const int math_warps = t.ctas_per_sm * t.warps();
+      score -= (std::min(math_warps, 24) - std::min(math_warps, 16)) * 4.0;
+      const double resident = double(t.ctas_per_sm) * sm_count, rounds = std::ceil(items / resident);
+      if (rounds <= 2) score -= 200.0 * (1.0 - items / (rounds * resident));
+    }
     if (t.bm < 128) score += items < 2.0 * sm_count ? 40.0 : -40.0;
     if (score > best_score) best_score = score, best = i;
   }

@@ -215,6 +215,28 @@ TEST(GpuDecodeGemm, EveryTileEveryTokenCount) {
   EXPECT_GE(ran, plan::kNumDecodeTiles - 2) << "the planner rejects most decode tiles on this GPU";
 }
 
+// More experts than one pass of the schedule's prefix sum (256 per pass, 8 per lane):
+// the carry between passes, lanes past E, and runs of empty experts. One tile of each
+// kernel (all-warps, warp-specialized mma.sync, warpgroup MMA) where it fits.
+TEST(GpuDecodeGemm, ScheduleOfMoreExpertsThanOnePrefixPass) {
+  FP4MOE_REQUIRE_GPU();
+  std::mt19937 rng(2026);
+  std::vector<int> counts(601);
+  for (size_t e = 0; e < counts.size(); ++e) counts[e] = (e / 40) % 3 == 1 ? 0 : int(rng() % 4);  // runs of 40 empty ones
+  counts[255] = 9, counts[256] = 17, counts[511] = 33, counts[600] = 70;  // around the pass boundaries, and the last
+  int ran = 0;
+  for (const int tile : {0, 23, 31}) {
+    if (!plan::plan_decode_tile(tile, 256, 2048, device_capacity()).fits) continue;
+    ++ran;
+    const CaseResult r = run_case(Fp4Format::nvfp4, 256, 2048, counts, tile, device_capacity(), 77 + tile);
+    EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile);
+    EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile);
+    EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::decode_tile_name(tile);
+    std::printf("  %-22s %zu experts rel err %.3e\n", plan::decode_tile_name(tile).c_str(), counts.size(), r.rel_err);
+  }
+  EXPECT_GE(ran, 1);
+}
+
 TEST(GpuDecodeGemm, ModelShapes) {
   FP4MOE_REQUIRE_GPU();
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{2048, 6144}, {4096, 6144}, {6144, 2048},
