@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "fp4moe/error.hpp"
+#include "plan/split_k.hpp"
 #include "plan/tma_geometry.hpp"
 
 namespace fp4moe::plan {
@@ -216,16 +217,18 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
     // every decode size measured: their producer's tensor copies leave the issue slots to the math.
     if (t.warp_specialized) {
       score += 100.0;
-      // Among them, more than 16 math warps per SM paid only where the items then run in one
-      // round: three CTAs of 8 warps against one of 16 were 2-3% slower at 4 tokens per expert,
-      // even at 1.6, 1.13x faster for GLM-5 GEMM2 at one token (384 items of 128 rows: one round
-      // of 396 CTAs instead of two of 264), 1.25x slower for its GEMM1 (256 items on 396 CTAs
-      // leave SMs with one and with three) (bench/results/2026-11-30-session10-h200.md). So with
-      // one or two rounds, the share of resident CTAs the last round leaves idle counts.
-      const int math_warps = t.ctas_per_sm * t.warps();
-      score -= (std::min(math_warps, 24) - std::min(math_warps, 16)) * 4.0;
+      // Among them, more than 16 math warps per SM (three CTAs of 8) paid at single-token experts
+      // over many rounds (GLM-5 at T = 8: 1.02x to 1.06x) and where they run the items in one round
+      // instead of two (GEMM2 at one token: 384 items of 128 rows on 396 CTAs, 1.13x), not at 1.6
+      // or 4 tokens per expert (up to 1.2x slower), nor where one round leaves SMs with one CTA and
+      // others with three (GEMM1 at one token: 256 items, 1.25x slower)
+      // (bench/results/2026-11-30-session10-h200.md). With one or two rounds the share of resident
+      // CTAs the last round leaves idle counts, unless split-K will spread the items (below 0.5).
       const double resident = double(t.ctas_per_sm) * sm_count, rounds = std::ceil(items / resident);
-      if (rounds <= 2) score -= 200.0 * (1.0 - items / (rounds * resident));
+      const double balance = items / (rounds * resident);
+      const int math_warps = t.ctas_per_sm * t.warps();
+      if (!(tokens_per_expert < 1.5 && rounds > 2)) score -= (std::min(math_warps, 24) - std::min(math_warps, 16)) * 4.0;
+      if (rounds <= 2 && balance >= kSplitBelowBalance) score -= 200.0 * (1.0 - balance);
     }
     if (t.bm < 128) score += items < 2.0 * sm_count ? 40.0 : -40.0;
     if (score > best_score) best_score = score, best = i;

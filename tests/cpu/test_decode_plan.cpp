@@ -75,22 +75,24 @@ TEST(DecodePlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
   }
 }
 
-// At one token (8 active experts) the mma.sync tile of three CTAs per SM takes GLM-5's GEMM2
-// (384 items of 128 rows: one round of 396 CTAs, against two of 264 or 132) but not its GEMM1
-// (256 items: one round already with two CTAs per SM), nor 4 tokens per expert (many rounds).
-TEST(DecodePlan, RankingTakesThreeCtasPerSmOnlyWhereTheyRunTheItemsInOneRound) {
+// GLM-5 on sm_90: the mma.sync tile of three CTAs per SM takes GEMM2 at one token (8 active
+// experts, 384 items of 128 rows: one round of 396 CTAs against two of 264 or 132) and both
+// GEMMs at 8 tokens (single-token experts, many rounds), but not GEMM1 at one token (256 items:
+// one round already with two CTAs per SM), 1.6 or 4 tokens per expert, nor the shared expert
+// alone (split-K spreads its few items).
+TEST(DecodePlan, RankingTakesThreeCtasPerSmWhereTheyMeasuredFaster) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
-  const int gemm2 = rank_decode_tiles(6144, 2048, sm90, 1.0, 8, 132);
-  const int gemm1 = rank_decode_tiles(4096, 6144, sm90, 1.0, 8, 132);
-  const int gemm2_t128 = rank_decode_tiles(6144, 2048, sm90, 4.0, 252, 132);
-  ASSERT_GE(gemm2, 0);
-  ASSERT_GE(gemm1, 0);
-  ASSERT_GE(gemm2_t128, 0);
-  EXPECT_EQ(kDecodeTiles[gemm2].ctas_per_sm, 3) << decode_tile_name(gemm2);
-  EXPECT_EQ(kDecodeTiles[gemm2].bm, 128) << decode_tile_name(gemm2);
-  EXPECT_LT(kDecodeTiles[gemm1].ctas_per_sm, 3) << decode_tile_name(gemm1);
-  EXPECT_LT(kDecodeTiles[gemm2_t128].ctas_per_sm, 3) << decode_tile_name(gemm2_t128);
-  for (int t : {gemm1, gemm2, gemm2_t128}) EXPECT_TRUE(kDecodeTiles[t].warp_specialized) << decode_tile_name(t);
+  struct Case { int64_t n, k; double tpe; int64_t active; bool three; };
+  for (const Case c : {Case{6144, 2048, 1.0, 8, true}, Case{4096, 6144, 1.0, 8, false},
+                       Case{4096, 6144, 1.12, 57, true}, Case{6144, 2048, 1.12, 57, true},
+                       Case{4096, 6144, 1.59, 161, false}, Case{6144, 2048, 4.0, 248, false},
+                       Case{4096, 6144, 1.0, 1, false}, Case{6144, 2048, 1.0, 1, false}}) {
+    const int t = rank_decode_tiles(c.n, c.k, sm90, c.tpe, c.active, 132);
+    ASSERT_GE(t, 0);
+    EXPECT_EQ(kDecodeTiles[t].ctas_per_sm == 3, c.three)
+        << c.n << " x " << c.k << ", " << c.tpe << " tokens per expert, " << c.active << " experts: " << decode_tile_name(t);
+    EXPECT_TRUE(kDecodeTiles[t].warp_specialized) << decode_tile_name(t);
+  }
 }
 
 TEST(DecodePlan, ClusterTilesNeedWholeClustersOfNTiles) {
