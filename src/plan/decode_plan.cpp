@@ -217,17 +217,17 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
     // every decode size measured: their producer's tensor copies leave the issue slots to the math.
     if (t.warp_specialized) {
       score += 100.0;
-      // Among them, more than 16 math warps per SM (three CTAs of 8) paid at single-token experts
-      // over many rounds (GLM-5 at T = 8: 1.02x to 1.06x) and where they run the items in one round
-      // instead of two (GEMM2 at one token: 384 items of 128 rows on 396 CTAs, 1.13x), not at 1.6
-      // or 4 tokens per expert (up to 1.2x slower), nor where one round leaves SMs with one CTA and
-      // others with three (GEMM1 at one token: 256 items, 1.25x slower)
+      // Among them, more than 16 math warps per SM (three CTAs of 8) paid below half a token per
+      // expert over many rounds (GLM-5 at T = 8, 57 experts of mostly one token: 1.02x to 1.06x) and
+      // where they run the items in one round instead of two (GEMM2 at one token: 384 items of 128
+      // rows on 396 CTAs, 1.13x), not at 1 or 4 tokens per expert (up to 1.2x slower), nor where one
+      // round leaves SMs with one CTA and others with three (GEMM1 at one token: 256 items, 1.25x slower)
       // (bench/results/2026-11-30-session10-h200.md). With one or two rounds the share of resident
       // CTAs the last round leaves idle counts, unless split-K will spread the items (below 0.5).
       const double resident = double(t.ctas_per_sm) * sm_count, rounds = std::ceil(items / resident);
       const double balance = items / (rounds * resident);
       const int math_warps = t.ctas_per_sm * t.warps();
-      if (!(tokens_per_expert < 1.5 && rounds > 2)) score -= (std::min(math_warps, 24) - std::min(math_warps, 16)) * 4.0;
+      if (!(tokens_per_expert < 0.5 && rounds > 2)) score -= (std::min(math_warps, 24) - std::min(math_warps, 16)) * 4.0;
       if (rounds <= 2 && balance >= kSplitBelowBalance) score -= 200.0 * (1.0 - balance);
     }
     if (t.bm < 128) score += items < 2.0 * sm_count ? 40.0 : -40.0;

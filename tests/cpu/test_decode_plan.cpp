@@ -75,18 +75,20 @@ TEST(DecodePlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
   }
 }
 
-// GLM-5 on sm_90: the mma.sync tile of three CTAs per SM takes GEMM2 at one token (8 active
-// experts, 384 items of 128 rows: one round of 396 CTAs against two of 264 or 132) and both
-// GEMMs at 8 tokens (single-token experts, many rounds), but not GEMM1 at one token (256 items:
-// one round already with two CTAs per SM), 1.6 or 4 tokens per expert, nor the shared expert
-// alone (split-K spreads its few items).
+// GLM-5 on sm_90 (tokens per expert: routed rows over all 256 experts, as the layer and the
+// benchmark pass them): the mma.sync tile of three CTAs per SM takes GEMM2 at one token (8 active
+// experts, 384 items of 128 rows: one round of 396 CTAs against two of 264 or 132) and both GEMMs
+// at 8 tokens (57 experts of mostly one token, many rounds), but not GEMM1 at one token (256 items:
+// one round already with two CTAs per SM), T = 32 or 128 (1 and 4 tokens per expert), nor the
+// shared expert alone (split-K spreads its few items).
 TEST(DecodePlan, RankingTakesThreeCtasPerSmWhereTheyMeasuredFaster) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
   struct Case { int64_t n, k; double tpe; int64_t active; bool three; };
-  for (const Case c : {Case{6144, 2048, 1.0, 8, true}, Case{4096, 6144, 1.0, 8, false},
-                       Case{4096, 6144, 1.12, 57, true}, Case{6144, 2048, 1.12, 57, true},
-                       Case{4096, 6144, 1.59, 161, false}, Case{6144, 2048, 4.0, 248, false},
-                       Case{4096, 6144, 1.0, 1, false}, Case{6144, 2048, 1.0, 1, false}}) {
+  for (const Case c : {Case{6144, 2048, 8 / 256.0, 8, true}, Case{4096, 6144, 8 / 256.0, 8, false},
+                       Case{4096, 6144, 0.25, 57, true}, Case{6144, 2048, 0.25, 57, true},
+                       Case{4096, 6144, 1.0, 161, false}, Case{6144, 2048, 1.0, 161, false},
+                       Case{6144, 2048, 4.0, 248, false}, Case{4096, 6144, 1.0, 1, false},
+                       Case{6144, 2048, 1.0, 1, false}}) {
     const int t = rank_decode_tiles(c.n, c.k, sm90, c.tpe, c.active, 132);
     ASSERT_GE(t, 0);
     EXPECT_EQ(kDecodeTiles[t].ctas_per_sm == 3, c.three)
