@@ -45,7 +45,7 @@ struct DecodeTile {
   // this. Needs the expert's N tiles in whole clusters (the planner checks).
   int cluster_n = 1;
   // Warp-specialized tiles: tokens staged per epilogue pass (0: the default,
-  // epilogue_tokens() below). Fewer free shared memory for a deeper stage ring.
+  // epilogue_tokens() below). A smaller staging tile leaves room for more stages.
   int epilogue_token_rows = 0;
 
   constexpr int chunk() const { return chunk_rows > 0 ? chunk_rows : nt; }
@@ -120,8 +120,9 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     // Prefill with chunks of 136 in clusters of two N tiles sharing the activations (multicast):
     // 36.5 instead of 55 KB per stage from L2 per CTA.
     {256, 144, 128, 2, 3, 1, true, true, 136, 2},
-    // One token at GLM-5's GEMM2: 384 items of 128 rows run in one round of three CTAs per SM
-    // (two rounds of two: 1.13x; the ranking takes it only where its items fill one round).
+    // Three CTAs per SM: at one token GLM-5's GEMM2 (384 items of 128 rows) runs in one round
+    // instead of two (1.13x); at single-token experts over many rounds 1.02x to 1.06x. Elsewhere
+    // slower: rank_decode_tiles says where the ranking takes it.
     {128, 8, 256, 1, 3, 3, false, true},
 };
 inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);

@@ -225,8 +225,14 @@ TEST(GpuDecodeGemm, ScheduleOfMoreExpertsThanOnePrefixPass) {
   for (size_t e = 0; e < counts.size(); ++e) counts[e] = (e / 40) % 3 == 1 ? 0 : int(rng() % 4);  // runs of 40 empty ones
   counts[255] = 9, counts[256] = 17, counts[511] = 33, counts[600] = 70;  // around the pass boundaries, and the last
   int ran = 0;
-  for (const int tile : {0, 23, 31}) {
-    if (!plan::plan_decode_tile(tile, 256, 2048, device_capacity()).fits) continue;
+  for (const int kind : {0, 1, 2}) {  // the first fitting tile of each kernel
+    int tile = -1;
+    for (int i = 0; i < plan::kNumDecodeTiles && tile < 0; ++i) {
+      const plan::DecodeTile& t = plan::kDecodeTiles[i];
+      const int k = !t.warp_specialized ? 0 : t.wgmma ? 2 : 1;
+      if (k == kind && t.cluster_n == 1 && plan::plan_decode_tile(i, 256, 2048, device_capacity()).fits) tile = i;
+    }
+    if (tile < 0) continue;  // (warp-specialized tiles: sm_90 only)
     ++ran;
     const CaseResult r = run_case(Fp4Format::nvfp4, 256, 2048, counts, tile, device_capacity(), 77 + tile);
     EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile);
