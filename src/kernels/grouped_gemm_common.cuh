@@ -109,8 +109,10 @@ struct WorkItem {
 // per 32 experts inside the scan, E = 256 cost four dependent round trips to
 // L2, and the whole CTA waits for the prefix (about a sixth of a one-token
 // GEMM1 in Nsight Compute's stall samples).
+// Where `routed_rows` is given, it receives expert_offsets[E].
 template <int Chunk, int MaxRows>
-__device__ __forceinline__ void build_chunk_prefix(int32_t* prefix, const int32_t* offsets, int num_experts, int lane) {
+__device__ __forceinline__ void build_chunk_prefix(int32_t* prefix, const int32_t* offsets, int num_experts, int lane,
+                                                   int32_t* routed_rows = nullptr) {
   constexpr int kPerLane = 8;  // a pass covers 256 experts
   if (lane == 0) prefix[0] = 0;
   int carry = 0;
@@ -120,6 +122,9 @@ __device__ __forceinline__ void build_chunk_prefix(int32_t* prefix, const int32_
     // (L2 loads: a warp-specialized launch may read the offsets before it waits for the previous kernel)
 #pragma unroll
     for (int j = 0; j <= kPerLane; ++j) o[j] = e0 + j <= num_experts ? __ldcg(offsets + e0 + j) : 0;
+#pragma unroll
+    for (int j = 0; j <= kPerLane; ++j)
+      if (routed_rows && e0 + j == num_experts) *routed_rows = o[j];
     int c[kPerLane], sum = 0;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
@@ -147,9 +152,11 @@ __device__ __forceinline__ void build_chunk_prefix(int32_t* prefix, const int32_
 //     one chunk per expert, every expert's same N tile at once);
 //   expert-major: all of one expert's (N tile, chunk) items run together, so its
 //     weights and its tokens' activations stay in L2 (prefill, many chunks).
-template <int Chunk, bool ExpertMajor>
-__device__ __forceinline__ WorkItem work_item(int index, const int32_t* prefix, const int32_t* offsets, int num_experts,
-                                              int total_chunks, int n_tiles) {
+// Its expert, N tile and chunk come from the prefix in shared memory alone
+// (`rows` holds the chunk); work_item adds the rows from the expert offsets.
+template <bool ExpertMajor>
+__device__ __forceinline__ WorkItem work_item_tile(int index, const int32_t* prefix, int num_experts, int total_chunks,
+                                                   int n_tiles) {
   const int key = ExpertMajor ? index / n_tiles : index % total_chunks;
   int lo = 0, hi = num_experts;  // last e with prefix[e] <= key
   while (hi - lo > 1) {
@@ -158,16 +165,23 @@ __device__ __forceinline__ WorkItem work_item(int index, const int32_t* prefix, 
   }
   WorkItem w;
   w.expert = lo;
-  int chunk;
+  w.row0 = 0;
   if constexpr (ExpertMajor) {
     const int chunks = prefix[lo + 1] - prefix[lo];
     const int local = index - prefix[lo] * n_tiles;
-    chunk = local % chunks;
+    w.rows = local % chunks;
     w.ntile = local / chunks;
   } else {
-    chunk = key - prefix[lo];
+    w.rows = key - prefix[lo];
     w.ntile = index / total_chunks;
   }
+  return w;
+}
+template <int Chunk, bool ExpertMajor>
+__device__ __forceinline__ WorkItem work_item(int index, const int32_t* prefix, const int32_t* offsets, int num_experts,
+                                              int total_chunks, int n_tiles) {
+  WorkItem w = work_item_tile<ExpertMajor>(index, prefix, num_experts, total_chunks, n_tiles);
+  const int chunk = w.rows, lo = w.expert;
   w.row0 = __ldcg(offsets + lo) + chunk * Chunk;
   // the expert's last chunk takes the rest (up to the tile's nt rows)
   w.rows = chunk + 1 < prefix[lo + 1] - prefix[lo] ? Chunk : __ldcg(offsets + lo + 1) - w.row0;

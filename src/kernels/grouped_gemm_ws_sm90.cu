@@ -100,6 +100,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   int32_t* prefix = reinterpret_cast<int32_t*>(smem + L.prefix_offset(stages));
   float* epi = reinterpret_cast<float*>(smem + L.epilogue_offset(stages));
   volatile int32_t* split_last = reinterpret_cast<volatile int32_t*>(smem + L.split_flag_offset(stages));
+  // expert_offsets[E] (a function: values kept live across setmaxnreg spill, below)
+  auto routed_rows = [&] { return reinterpret_cast<int32_t*>(smem + L.routed_rows_offset(stages)); };
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int E = p.num_experts;
@@ -138,6 +140,16 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     w.rows = static_cast<int>(min(int64_t(w.rows), p.permuted_rows - w.row0));
     return w;
   };
+  // The first item's weights need only its expert and N tile, which the prefix
+  // in shared memory gives: loading its expert offsets first added a round
+  // trip to L2 before the first copy. Every item has rows unless the routed
+  // rows pass P; then none is asked for early. (The cluster tile asks the
+  // offsets as before: the prefix-only path made ptxas spill 48 bytes in it.)
+  constexpr bool kFirstTileFromPrefix = kCluster == 1;
+  auto first_item_tile = [&](int parts) {
+    if constexpr (kFirstTileFromPrefix) return work_item_tile<true>(first_item() / parts, prefix, E, prefix[E], n_tiles());
+    else return item(first_item(), parts);
+  };
   // Stages of this CTA's first item whose weights and scales the producer asks
   // for before the previous kernel has finished (weights are never written; the
   // schedule may be read early when the offsets were final before that kernel
@@ -145,7 +157,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   auto early_stages = [&] {
     if (!p.offsets_ready_at_launch || p.debug_mode == 2 || first_item() >= total_items()) return 0;
     const int parts = splits();
-    if (item(first_item(), parts).rows <= 0) return 0;
+    if (kFirstTileFromPrefix ? *routed_rows() > p.permuted_rows : item(first_item(), parts).rows <= 0) return 0;
     return min(stages, kt_begin(first_item() % parts + 1, parts) - kt_begin(first_item() % parts, parts));
   };
   const int rowgroups_per_expert = static_cast<int>(p.n / 16);
@@ -159,13 +171,14 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // Up to here the launch may overlap the previous kernel's tail (dependent
   // launch): shared memory, and with early offsets the schedule and the weights.
   if (p.offsets_ready_at_launch) {
-    if (warp == 1) build_chunk_prefix<T.chunk(), T.nt>(prefix, p.expert_offsets, E, lane);
+    if (warp == 1) build_chunk_prefix<T.chunk(), T.nt>(prefix, p.expert_offsets, E, lane,
+                                                   kFirstTileFromPrefix ? routed_rows() : nullptr);
     __syncthreads();
     if (tid == 0) {
       const int pre = early_stages();
       if (pre > 0) {
         const int parts = splits();
-        const WorkItem w = item(first_item(), parts);
+        const WorkItem w = first_item_tile(parts);
         const int kt0 = kt_begin(first_item() % parts, parts);
         for (int s = 0; s < pre; ++s) {  // the full count: the activations follow after the wait
           async::mbarrier_arrive_expect_tx(&full[s], kStageTx + kActStageBytes);

@@ -180,7 +180,8 @@ struct DecodeSmemLayout {
   constexpr int64_t row_index_bytes() const { return tile.warp_specialized ? 0 : 2 * int64_t(tile.nt) * 4; }
   // warp-specialized: a "full" and an "empty" mbarrier per stage (8 bytes each), for the most stages
   constexpr int64_t barrier_bytes() const { return tile.warp_specialized ? 2 * int64_t(tile.max_stages) * 8 : 0; }
-  // warp-specialized: split-K's "this CTA arrived last" word, broadcast to the consumers (plan/split_k.hpp)
+  // warp-specialized: split-K's "this CTA arrived last" word, broadcast to the consumers
+  // (plan/split_k.hpp), then the routed row count (expert_offsets[E]); 16 bytes
   constexpr int64_t split_flag_bytes() const { return tile.warp_specialized ? 16 : 0; }
   constexpr int64_t scheduler_bytes() const {
     return align_up(scheduler_prefix_bytes() + row_index_bytes() + barrier_bytes() + split_flag_bytes(), kSmemAlign);
@@ -194,6 +195,7 @@ struct DecodeSmemLayout {
   constexpr int64_t prefix_offset(int stages) const { return scheduler_offset(stages) + barrier_bytes(); }
   constexpr int64_t row_index_offset(int stages) const { return prefix_offset(stages) + scheduler_prefix_bytes(); }
   constexpr int64_t split_flag_offset(int stages) const { return row_index_offset(stages) + row_index_bytes(); }
+  constexpr int64_t routed_rows_offset(int stages) const { return split_flag_offset(stages) + 4; }
 
   // DESIGN.md section 4: stages = floor((capacity - epilogue - fixed) / per_stage),
   // capped at the tile's maximum and at K/bk + 1 (the loader runs at most one item ahead).
