@@ -152,10 +152,13 @@ __device__ __forceinline__ void build_chunk_prefix(int32_t* prefix, const int32_
 //     one chunk per expert, every expert's same N tile at once);
 //   expert-major: all of one expert's (N tile, chunk) items run together, so its
 //     weights and its tokens' activations stay in L2 (prefill, many chunks).
-// Its expert, N tile and chunk come from the prefix in shared memory alone
-// (`rows` holds the chunk); work_item adds the rows from the expert offsets.
+// Its expert, N tile and chunk come from the prefix in shared memory alone;
+// work_item adds the rows from the expert offsets.
+struct ItemTile {
+  int expert, ntile, chunk;
+};
 template <bool ExpertMajor>
-__device__ __forceinline__ WorkItem work_item_tile(int index, const int32_t* prefix, int num_experts, int total_chunks,
+__device__ __forceinline__ ItemTile work_item_tile(int index, const int32_t* prefix, int num_experts, int total_chunks,
                                                    int n_tiles) {
   const int key = ExpertMajor ? index / n_tiles : index % total_chunks;
   int lo = 0, hi = num_experts;  // last e with prefix[e] <= key
@@ -163,28 +166,29 @@ __device__ __forceinline__ WorkItem work_item_tile(int index, const int32_t* pre
     const int mid = (lo + hi) / 2;
     if (prefix[mid] <= key) lo = mid; else hi = mid;
   }
-  WorkItem w;
-  w.expert = lo;
-  w.row0 = 0;
+  ItemTile t;
+  t.expert = lo;
   if constexpr (ExpertMajor) {
     const int chunks = prefix[lo + 1] - prefix[lo];
     const int local = index - prefix[lo] * n_tiles;
-    w.rows = local % chunks;
-    w.ntile = local / chunks;
+    t.chunk = local % chunks;
+    t.ntile = local / chunks;
   } else {
-    w.rows = key - prefix[lo];
-    w.ntile = index / total_chunks;
+    t.chunk = key - prefix[lo];
+    t.ntile = index / total_chunks;
   }
-  return w;
+  return t;
 }
 template <int Chunk, bool ExpertMajor>
 __device__ __forceinline__ WorkItem work_item(int index, const int32_t* prefix, const int32_t* offsets, int num_experts,
                                               int total_chunks, int n_tiles) {
-  WorkItem w = work_item_tile<ExpertMajor>(index, prefix, num_experts, total_chunks, n_tiles);
-  const int chunk = w.rows, lo = w.expert;
-  w.row0 = __ldcg(offsets + lo) + chunk * Chunk;
+  const ItemTile t = work_item_tile<ExpertMajor>(index, prefix, num_experts, total_chunks, n_tiles);
+  WorkItem w;
+  w.expert = t.expert;
+  w.ntile = t.ntile;
+  w.row0 = __ldcg(offsets + t.expert) + t.chunk * Chunk;
   // the expert's last chunk takes the rest (up to the tile's nt rows)
-  w.rows = chunk + 1 < prefix[lo + 1] - prefix[lo] ? Chunk : __ldcg(offsets + lo + 1) - w.row0;
+  w.rows = t.chunk + 1 < prefix[t.expert + 1] - prefix[t.expert] ? Chunk : __ldcg(offsets + t.expert + 1) - w.row0;
   return w;
 }
 

@@ -147,8 +147,14 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // offsets as before: the prefix-only path made ptxas spill 48 bytes in it.)
   constexpr bool kFirstTileFromPrefix = kCluster == 1;
   auto first_item_tile = [&](int parts) {
-    if constexpr (kFirstTileFromPrefix) return work_item_tile<true>(first_item() / parts, prefix, E, prefix[E], n_tiles());
-    else return item(first_item(), parts);
+    if constexpr (kFirstTileFromPrefix) {
+      const ItemTile t = work_item_tile<true>(first_item() / parts, prefix, E, prefix[E], n_tiles());
+      WorkItem w{};
+      w.expert = t.expert, w.ntile = t.ntile;  // (copy_weights needs no more)
+      return w;
+    } else {
+      return item(first_item(), parts);
+    }
   };
   // Stages of this CTA's first item whose weights and scales the producer asks
   // for before the previous kernel has finished (weights are never written; the

@@ -211,23 +211,23 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
     if (t.wgmma) continue;  // below ~24 tokens per expert only the tuner picks warpgroup-MMA tiles
     const double chunks = double(t.chunks_of(int64_t(std::ceil(std::max(1.0, tokens_per_expert)))));
     const double items = double(active_experts) * chunks * double(n / t.bm);
+    const double resident = double(t.ctas_per_sm) * sm_count, rounds = std::ceil(items / resident);
+    // Warp-specialized tiles: more than 16 math warps per SM (three CTAs of 8) paid below half a
+    // token per expert over many rounds (GLM-5 at T = 8, 57 experts of mostly one token: 1.02x to
+    // 1.06x), not at 1 or 4 tokens per expert (up to 1.2x slower)
+    // (bench/results/2026-11-30-session10-h200.md).
+    const int warps_counted = t.warp_specialized && !(tokens_per_expert < 0.5 && rounds > 2) ? 16 : 24;
     double score = (t.nt == want_nt ? 1000.0 : -std::abs(std::log2(double(t.nt) / want_nt)) * 100.0) +
-                   std::min(t.ctas_per_sm * t.warps(), 24) * 4.0 + std::min(p.stages, 5) + t.bk / 256.0;
+                   std::min(t.ctas_per_sm * t.warps(), warps_counted) * 4.0 + std::min(p.stages, 5) + t.bk / 256.0;
     // Where they fit (sm_90), the warp-specialized mma.sync tiles beat the all-warps ones at
     // every decode size measured: their producer's tensor copies leave the issue slots to the math.
     if (t.warp_specialized) {
       score += 100.0;
-      // Among them, more than 16 math warps per SM (three CTAs of 8) paid below half a token per
-      // expert over many rounds (GLM-5 at T = 8, 57 experts of mostly one token: 1.02x to 1.06x) and
-      // where they run the items in one round instead of two (GEMM2 at one token: 384 items of 128
-      // rows on 396 CTAs, 1.13x), not at 1 or 4 tokens per expert (up to 1.2x slower), nor where one
-      // round leaves SMs with one CTA and others with three (GEMM1 at one token: 256 items, 1.25x slower)
-      // (bench/results/2026-11-30-session10-h200.md). With one or two rounds the share of resident
-      // CTAs the last round leaves idle counts, unless split-K will spread the items (below 0.5).
-      const double resident = double(t.ctas_per_sm) * sm_count, rounds = std::ceil(items / resident);
+      // With one or two rounds the share of resident CTAs the last round leaves idle counts
+      // (GEMM2 at one token: 384 items of 128 rows, one round of 396 CTAs, 1.13x over two of 264;
+      // GEMM1: 256 items leave SMs with one CTA and others with three, 1.25x slower), unless
+      // split-K will spread the items (balance below 0.5).
       const double balance = items / (rounds * resident);
-      const int math_warps = t.ctas_per_sm * t.warps();
-      if (!(tokens_per_expert < 0.5 && rounds > 2)) score -= (std::min(math_warps, 24) - std::min(math_warps, 16)) * 4.0;
       if (rounds <= 2 && balance >= kSplitBelowBalance) score -= 200.0 * (1.0 - balance);
     }
     if (t.bm < 128) score += items < 2.0 * sm_count ? 40.0 : -40.0;
