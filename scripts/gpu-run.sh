@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|bench|decode|prefill|layer|sanitize|all]
-#   (bench: GEMM tiles at decode and prefill sizes; decode, prefill: those sizes only; layer: fp4moe tune + fp4moe bench)
+#   scripts/gpu-run.sh [tests|bench|decode|prefill|rate|layer|sanitize|all]
+#   (bench: GEMM tiles at decode and prefill sizes and the K loop's wgmma rate; decode, prefill: those sizes only;
+#    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench)
 # PACK=1 leaves one file, $OUT/gpu-run.tar.gz, holding every log (the device tool returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -10,8 +11,8 @@ OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
 WHAT=${1:-all}
 case "$WHAT" in
-  tests|bench|decode|prefill|layer|sanitize|all) ;;
-  *) echo "gpu-run: mode '$WHAT' is not one of tests, bench, decode, prefill, layer, sanitize, all" >&2; exit 2 ;;
+  tests|bench|decode|prefill|rate|layer|sanitize|all) ;;
+  *) echo "gpu-run: mode '$WHAT' is not one of tests, bench, decode, prefill, rate, layer, sanitize, all" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null)
@@ -64,6 +65,13 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = decode ] || [ "$WHAT" = prefill ] || [ "$W
     fi
   fi
 fi
+if [ "$WHAT" = rate ] || [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
+  # the decode K loop's math alone (wgmma and dequantization, no loads) by token width
+  if [ -x "$BIN/bench_wgmma_rate" ]; then
+    "$BIN/bench_wgmma_rate" > "$OUT/bench_wgmma_rate.txt" 2>&1
+    summary+=("bench_wgmma_rate: rc=$?")
+  fi
+fi
 if [ "$WHAT" = layer ] || [ "$WHAT" = all ]; then
   # the autotuner, then the whole-layer benchmark with the tuned tiles
   export FP4MOE_CACHE="$OUT/tune.json"
@@ -109,6 +117,7 @@ for kind in decode prefill permuted; do
   if [ -f "$OUT/bench_${kind}_tiles.txt" ]; then cat "$OUT/bench_${kind}_tiles.txt"; fi
   if [ -f "$OUT/bench_${kind}_table.txt" ]; then cat "$OUT/bench_${kind}_table.txt"; fi
 done
+if [ -f "$OUT/bench_wgmma_rate.txt" ]; then cat "$OUT/bench_wgmma_rate.txt"; fi
 if [ -f "$OUT/tune.log" ]; then tail -32 "$OUT/tune.log"; fi
 if [ -f "$OUT/bench/bench.md" ]; then cat "$OUT/bench/bench.md"; fi
 if [ "${PACK:-0}" = 1 ]; then
