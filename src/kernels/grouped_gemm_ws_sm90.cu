@@ -279,6 +279,12 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       for (int t = 0; t < 4; ++t) step(kk, t, wq, sq);
     }
   };
+  // f.template operator()<S>() for the slot S == slot (S < the tile's most stages)
+  auto with_constant_slot = [&](int slot_now, auto&& f) {
+    [&]<int... S>(std::integer_sequence<int, S...>) {
+      ((slot_now == S ? (f.template operator()<S>(), 0) : 0), ...);
+    }(std::make_integer_sequence<int, T.max_stages>{});
+  };
   float acc[kMB][T.nt / 2] = {};
   // mma.sync consumers with short chains (few token tiles) alternate two
   // accumulator sets so consecutive mma.sync do not wait on each other.
@@ -333,25 +339,32 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
         if (p.debug_mode == 1) {
           release(slot);
         } else if constexpr (T.wgmma) {
-          const uint64_t xdesc = wgmma::smem_desc_k_major_sw128(ptx::smem_addr(st + L.act_offset()));
-          uint32_t a[kFragBuffers][kMB][4];  // a fragment stays live until its wgmma has read it
-          for_each_k16_step(st, [&](int kk, int t, const uint4(&wq)[kMB], const uint4(&sq)[kMB]) {
-              const int q = kk * 4 + t, buf = q % kFragBuffers;
-              const uint64_t desc = wgmma::smem_desc_advance(xdesc, kk * (T.nt * 128) + t * 32);
+          // The stage's ring slot as a constant (one copy of the stage's math per slot): its
+          // shared-memory addresses, the wgmma descriptors above all, are then constant offsets from
+          // the dynamic shared-memory base, which ptxas keeps in uniform registers; with the slot
+          // in a register each wgmma took an add and two moves to uniform registers.
+          with_constant_slot(slot, [&]<int kSlot>() {
+            const uint8_t* stage = smem + kSlot * L.smem_bytes_per_stage();  // `st`, a constant offset
+            const uint64_t xdesc = wgmma::smem_desc_k_major_sw128(ptx::smem_addr(stage + L.act_offset()));
+            uint32_t a[kFragBuffers][kMB][4];  // a fragment stays live until its wgmma has read it
+            for_each_k16_step(stage, [&](int kk, int t, const uint4(&wq)[kMB], const uint4(&sq)[kMB]) {
+                const int q = kk * 4 + t, buf = q % kFragBuffers;
+                const uint64_t desc = wgmma::smem_desc_advance(xdesc, kk * (T.nt * 128) + t * 32);
 #pragma unroll
-              for (int b = 0; b < kMB; ++b) {
-                dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[buf][b]);
+                for (int b = 0; b < kMB; ++b) {
+                  dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[buf][b]);
 #pragma unroll
-                for (int r = 0; r < 4; ++r) wgmma::fence_operand(a[buf][b][r]);
-              }
-              wgmma::fence();
-              // the item's first step overwrites the accumulators (no zeroing instructions in the pipeline)
+                  for (int r = 0; r < 4; ++r) wgmma::fence_operand(a[buf][b][r]);
+                }
+                wgmma::fence();
+                // the item's first step overwrites the accumulators (no zeroing instructions in the pipeline)
 #pragma unroll
-              for (int b = 0; b < kMB; ++b)
-                wgmma::mma_rs<NU>(reinterpret_cast<float(&)[NU / 2]>(acc[b]), a[buf][b], desc, kt > kt0 || q > 0);
-              wgmma::commit_group();
-              wgmma::wait_group<kFragBuffers - 1>();  // every wgmma but the last kFragBuffers - 1 is done
-              if (q == kFragBuffers - 2 && pending >= 0) release(pending), pending = -1;  // the previous stage's are
+                for (int b = 0; b < kMB; ++b)
+                  wgmma::mma_rs<NU>(reinterpret_cast<float(&)[NU / 2]>(acc[b]), a[buf][b], desc, kt > kt0 || q > 0);
+                wgmma::commit_group();
+                wgmma::wait_group<kFragBuffers - 1>();  // every wgmma but the last kFragBuffers - 1 is done
+                if (q == kFragBuffers - 2 && pending >= 0) release(pending), pending = -1;  // the previous stage's are
+            });
           });
           pending = slot;
         } else {
