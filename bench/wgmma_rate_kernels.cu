@@ -36,8 +36,8 @@ constexpr int kBBytes = kTokenRows * 2 * 128;  // two 64-k atoms of 128-byte row
 constexpr int kWeightBytesPerWarp = 2 * pack::kWeightGranuleBytes;  // a pass's two granules
 constexpr int kScaleBytesPerWarp = pack::kScaleGranuleBytes;
 
-template <int N, int kDepth, int kMode, int kAccSets>
-__global__ void __launch_bounds__(512, 1) wgmma_loop(int passes, float* sink) {
+template <int N, int kDepth, int kMode, int kAccSets, int kWarpgroups>
+__global__ void __launch_bounds__(kWarpgroups * 128, 1) wgmma_loop(int passes, float* sink) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -116,24 +116,26 @@ struct Case {
   void (*kernel)(int, float*);
 };
 
-template <int N, int kDepth, int kMode, int kAccSets = 1>
-Case make_case(int warpgroups) {
-  return {{N, kDepth, kMode, warpgroups, kAccSets}, &wgmma_loop<N, kDepth, kMode, kAccSets>};
+template <int N, int kDepth, int kMode, int kAccSets = 1, int kWarpgroups = 4>
+Case make_case() {
+  return {{N, kDepth, kMode, kWarpgroups, kAccSets}, &wgmma_loop<N, kDepth, kMode, kAccSets, kWarpgroups>};
 }
 
 // Four consumer warpgroups up to N = 64 (the decode tiles of 16..64 tokens per
-// expert), two above (as the nt128 and nt144 tiles, for their registers).
+// expert), two above (as the nt128 and nt144 tiles, for their registers), and
+// six and eight at 16 and 32 (as three or two CTAs per SM would hold).
 const Case kCases[] = {
-    make_case<16, 2, 0>(4),    make_case<16, 2, 1>(4),    make_case<16, 2, 2>(4),    make_case<16, 2, 3>(4),
-    make_case<16, 2, 0, 2>(4), make_case<16, 2, 1, 2>(4),
-    make_case<32, 2, 0>(4),    make_case<32, 2, 1>(4),    make_case<32, 2, 3>(4),    make_case<32, 2, 4>(4),
-    make_case<32, 4, 1>(4),    make_case<32, 2, 0, 2>(4), make_case<32, 2, 1, 2>(4),
-    make_case<48, 2, 0>(4),    make_case<48, 2, 1>(4),    make_case<48, 2, 1, 2>(4),
-    make_case<64, 2, 0>(4),    make_case<64, 2, 1>(4),    make_case<64, 2, 3>(4),    make_case<64, 2, 4>(4),
-    make_case<64, 2, 1, 2>(4), make_case<64, 2, 0>(2),    make_case<64, 2, 1>(2),
-    make_case<80, 2, 0>(2),    make_case<80, 2, 1>(2),
-    make_case<128, 2, 0>(2),   make_case<128, 2, 1>(2),
-    make_case<144, 2, 0>(2),   make_case<144, 2, 1>(2),
+    make_case<16, 2, 0>(),          make_case<16, 2, 1>(),          make_case<16, 2, 2>(),    make_case<16, 2, 3>(),
+    make_case<16, 2, 0, 2>(),       make_case<16, 2, 1, 2>(),       make_case<16, 2, 1, 1, 6>(), make_case<16, 2, 1, 1, 8>(),
+    make_case<32, 2, 0>(),          make_case<32, 2, 1>(),          make_case<32, 2, 3>(),    make_case<32, 2, 4>(),
+    make_case<32, 4, 1>(),          make_case<32, 2, 0, 2>(),       make_case<32, 2, 1, 2>(),
+    make_case<32, 2, 0, 1, 6>(),    make_case<32, 2, 1, 1, 6>(),    make_case<32, 2, 1, 1, 8>(),
+    make_case<48, 2, 0>(),          make_case<48, 2, 1>(),          make_case<48, 2, 1, 2>(),
+    make_case<64, 2, 0>(),          make_case<64, 2, 1>(),          make_case<64, 2, 3>(),    make_case<64, 2, 4>(),
+    make_case<64, 2, 1, 2>(),       make_case<64, 2, 0, 1, 2>(),    make_case<64, 2, 1, 1, 2>(),
+    make_case<80, 2, 0, 1, 2>(),    make_case<80, 2, 1, 1, 2>(),
+    make_case<128, 2, 0, 1, 2>(),   make_case<128, 2, 1, 1, 2>(),
+    make_case<144, 2, 0, 1, 2>(),   make_case<144, 2, 1, 1, 2>(),
 };
 
 }  // namespace
@@ -148,7 +150,7 @@ double wgmma_rate_flop_per_pass(const WgmmaRateCase& c) { return double(kSteps) 
 
 void launch_wgmma_rate(size_t index, int ctas, int passes, float* sink, cudaStream_t stream) {
   const Case& c = kCases[index];
-  const int smem_bytes = kBBytes + 16 * (kWeightBytesPerWarp + kScaleBytesPerWarp);
+  const int smem_bytes = kBBytes + 32 * (kWeightBytesPerWarp + kScaleBytesPerWarp);  // up to 8 warpgroups
   FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(c.kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          smem_bytes));
   c.kernel<<<ctas, c.info.warpgroups * 128, smem_bytes, stream>>>(passes, sink);
