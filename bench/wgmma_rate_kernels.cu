@@ -63,13 +63,12 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1) wgmma_loop(int passes, f
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         const int q = kk * 4 + t, buf = q % kDepth;
-        // (mode 2 varies the words by pass: with no wgmma fence between passes, ptxas would otherwise hoist them)
-        const uint32_t word = (t == 0 ? wq.x : t == 1 ? wq.y : t == 2 ? wq.z : wq.w) ^ (kMode == 2 ? uint32_t(pass) : 0u);
+        const uint32_t word = t == 0 ? wq.x : t == 1 ? wq.y : t == 2 ? wq.z : wq.w;
         if constexpr (kMode == 0) {
 #pragma unroll
           for (int r = 0; r < 4; ++r) a[buf][r] = word;
         } else if constexpr (kMode == 1 || kMode == 2) {
-          uint4 w = wq;
+          uint4 w = wq;  // mode 2 varies the words by pass: with no wgmma fence, ptxas would hoist them
           if constexpr (kMode == 2) w.x ^= pass, w.y ^= pass, w.z ^= pass, w.w ^= pass;
           kernels::detail::dequant_fragment(w, sq, t, (kk % 2) * 4 + t, scale_add2, a[buf]);
         } else {
@@ -103,13 +102,12 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1) wgmma_loop(int passes, f
       wgmma::fence_operand(acc[j][i]);
       s += acc[j][i];
     }
-  if (s == 12345.0f) sink[blockIdx.x * blockDim.x + tid] = s;  // never true; keeps the work
+  if (s == 12345.0f) sink[blockIdx.x * blockDim.x + tid] = s;  // (almost never stores: keeps the work live)
 #else
   (void)passes, (void)sink;
   __trap();
 #endif
 }
-
 
 struct Case {
   WgmmaRateCase info;

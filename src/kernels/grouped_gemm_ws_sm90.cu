@@ -279,7 +279,8 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
       for (int t = 0; t < 4; ++t) step(kk, t, wq, sq);
     }
   };
-  // f.template operator()<S>() for the slot S == slot (S < the tile's most stages)
+  // f.template operator()<S>() for S == slot_now: slots run below the tile's most stages,
+  // to which the planner holds every launch's stage count (plan_decode_tile)
   auto with_constant_slot = [&](int slot_now, auto&& f) {
     [&]<int... S>(std::integer_sequence<int, S...>) {
       ((slot_now == S ? (f.template operator()<S>(), 0) : 0), ...);
