@@ -2,17 +2,22 @@
 """CI check (issue 4): for every decode tile and every CUDA target, the compiler's
 resource report plus the planned dynamic shared memory stays within the target's
 capacity, equals the planner's figure (no static shared memory besides it), has
-no spills, and the registers allow the tile's occupancy target.
+no spills, and the registers allow the tile's occupancy target. On sm_90a the
+warp-specialized wgmma tiles also keep their wgmma descriptors in uniform
+registers: fewer than one R2UR per HGMMA in the K loop (two per HGMMA, before
+the stage's math was instantiated per ring slot, cost 1.02x to 1.08x).
 
 Usage: check_kernel_resources.py BUILD_DIR SOURCE[,SOURCE...] FP4MOE_CLI
 Recompiles each SOURCE with the build's own command plus -Xptxas -v (no output
 kept): the all-warps kernel (decode_grouped_gemm.cu) and the warp-specialized
 one (grouped_gemm_ws_sm90.cu) instantiate disjoint tiles of the one list."""
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 ARCHS = {"sm_80": "sm80", "sm_90a": "sm90", "sm_120a": "sm120"}
 
@@ -31,7 +36,11 @@ def ptxas_report(build, source, cmds, report):
     if "ccache" in args[0]:
         args = args[1:]
     out = args.index("-o")
-    args[out + 1] = "/dev/null"
+    sass_of = None
+    if source.endswith("grouped_gemm_ws_sm90.cu"):  # its object is kept for the SASS check below
+        fd, sass_of = tempfile.mkstemp(suffix=".o")
+        os.close(fd)
+    args[out + 1] = sass_of or "/dev/null"
     args = [a for a in args if a not in ("-MD",)]
     for flag in ("-MT", "-MF"):
         while flag in args:
@@ -40,6 +49,8 @@ def ptxas_report(build, source, cmds, report):
     args += ["-Xptxas", "-v"]
     res = subprocess.run(args, cwd=cmd["directory"], capture_output=True, text=True)
     if res.returncode:
+        if sass_of:
+            os.unlink(sass_of)
         sys.exit("check_kernel_resources: compile failed:\n" + res.stderr[-3000:])
     cur = None
     for line in res.stderr.splitlines():
@@ -64,6 +75,38 @@ def ptxas_report(build, source, cmds, report):
             report[cur]["regs"] = int(m.group(1))
             m2 = re.search(r"(\d+) bytes smem", line)
             report[cur]["smem"] = int(m2.group(1)) if m2 else 0
+    if sass_of:  # after the ptxas report: it adds to its entries
+        try:
+            uniform_descriptor_report(sass_of, report)
+        finally:
+            os.unlink(sass_of)
+
+
+def uniform_descriptor_report(obj, report):
+    """R2UR between the first and the last HGMMA of each sm_90a warp-specialized tile, per HGMMA."""
+    sass = subprocess.run(["cuobjdump", "-sass", obj], capture_output=True, text=True, check=True).stdout
+    arch, cur, hgmma, r2ur, seen_r2ur = None, None, 0, 0, 0
+
+    def flush():
+        if cur is not None and hgmma:
+            report.setdefault(cur, {})["r2ur_per_hgmma"] = r2ur / hgmma
+
+    for line in sass.splitlines():
+        m = re.search(r"arch = (sm_\w+)", line)
+        if m:
+            arch = m.group(1)
+        m = re.search(r"Function : .*grouped_gemm_ws_kernelILi(\d+)E", line)
+        if m:
+            flush()
+            cur, hgmma, r2ur, seen_r2ur = (arch, int(m.group(1))), 0, 0, 0
+            continue
+        if "HGMMA" in line:
+            hgmma += 1
+            r2ur += seen_r2ur if hgmma > 1 else 0  # only those between two HGMMA
+            seen_r2ur = 0
+        elif "R2UR" in line:
+            seen_r2ur += 1
+    flush()
 
 
 def main():
@@ -89,10 +132,14 @@ def main():
                 failures.append(f"{name}: {r['smem']} bytes of static shared memory the planner does not count")
             if p["fits"] and r["smem"] + p["smem_bytes"] > p["capacity"]:
                 failures.append(f"{name}: static {r['smem']} + planned {p['smem_bytes']} > capacity {p['capacity']}")
+            if r.get("r2ur_per_hgmma", 0) >= 1:
+                failures.append(f"{name}: {r['r2ur_per_hgmma']:.2f} R2UR per HGMMA in the K loop "
+                                "(the wgmma descriptors left the uniform registers)")
             if r["regs"] * p["threads"] * p["ctas_per_sm"] > 65536:
                 failures.append(f"{name}: {r['regs']} registers x {p['threads']} threads x {p['ctas_per_sm']} CTAs > 65536")
+            uniform = f"  R2UR per HGMMA {r['r2ur_per_hgmma']:.2f}" if "r2ur_per_hgmma" in r else ""
             print(f"{name:<36} regs {r['regs']:>3}  static smem {r['smem']}  planned {p['smem_bytes']:>6} of "
-                  f"{p['capacity']:>6}  {'fits' if p['fits'] else 'rejected by the planner'}")
+                  f"{p['capacity']:>6}  {'fits' if p['fits'] else 'rejected by the planner'}{uniform}")
     failures += [f"ptxas performance advisory: {a}" for a in advisories]
     for f in failures:
         print("FAIL:", f)
