@@ -9,6 +9,7 @@
 #include <string>
 
 #include "bench/wgmma_rate_kernels.hpp"
+#include "fp4moe/device.hpp"
 #include "runtime/ceilings.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/timing.hpp"
@@ -22,15 +23,17 @@ int main(int argc, char** argv) {
   app.add_option("--ms", ms_per_launch, "Approximate milliseconds per launch")->check(CLI::Range(0.1, 100.0));
   CLI11_PARSE(app, argc, argv);
   try {
-    int dev = 0, sms = 0, major = 0, minor = 0;
-    FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    if (major != 9 || minor != 0) {
-      fmt::print(stderr, "bench_wgmma_rate: needs sm_90 (wgmma); this GPU is sm_{}{}\n", major, minor);
+    std::string why;
+    const auto devs = list_devices(&why);
+    if (devs.empty()) {
+      fmt::print("bench_wgmma_rate: no CUDA device ({}): nothing to measure\n", why);
+      return 0;
+    }
+    if (devs[0].cc != 90) {
+      fmt::print(stderr, "bench_wgmma_rate: needs sm_90 (wgmma); {} is sm_{}\n", devs[0].name, devs[0].cc);
       return 2;
     }
+    const int sms = devs[0].sm_count;
     const double cublas = measure_bf16_tflop_per_s();
     float* sink = nullptr;
     FP4MOE_CUDA_CHECK(cudaMalloc(&sink, size_t(sms) * 512 * sizeof(float)));
@@ -47,7 +50,7 @@ int main(int argc, char** argv) {
       const int passes = std::max(1, int(ms_per_launch * 1e-3 * 500e12 / sms / flop_per_pass));
       const TimingStats t = time_on_stream([&] { bench::launch_wgmma_rate(i, sms, passes, sink, stream); }, stream, 3, reps);
       const double tflops = flop_per_pass * passes * sms / (t.median_ms * 1e-3) / 1e12;
-      const double blocks_per_sm = double(passes) * 8 * c.warpgroups * 4;  // 16x16 weight blocks (8 k16 steps, 4 warps)
+      const double blocks_per_sm = double(passes) * bench::kWgmmaRateStepsPerPass * c.warpgroups * 4;  // 16x16 weight blocks, 4 warps
       static const char* const kWhat[] = {"raw code words", "dequantized", "dequantized, no wgmma", "unpacked, no scale multiply",
                                           "unpacked, integer ops for the scale multiply"};
       const char* what = kWhat[c.mode];

@@ -30,7 +30,7 @@ namespace {
 
 using namespace fp4moe::kernels;
 
-constexpr int kSteps = 8;                      // k16 steps per pass: two 64-k atoms, as a 128-k stage
+static_assert(kWgmmaRateStepsPerPass == 2 * 4, "a pass is two 64-k granules of four k16 steps");
 constexpr int kTokenRows = 256;                // rows of the B tile in shared memory (the widest N)
 constexpr int kBBytes = kTokenRows * 2 * 128;  // two 64-k atoms of 128-byte rows
 constexpr int kWeightBytesPerWarp = 2 * pack::kWeightGranuleBytes;  // a pass's two granules
@@ -49,8 +49,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1) wgmma_loop(int passes, f
     reinterpret_cast<uint32_t*>(wsm)[i] = 0x5A3C1E0Fu * uint32_t(i + 1);
   wgmma::fence_proxy_async_shared();
   __syncthreads();
-  const uint32_t scale_add2 = (pack::scale_exponent_add(pack::kNvfp4ScaleBias) << 7) |
-                              (pack::scale_exponent_add(pack::kNvfp4ScaleBias) << 23);
+  constexpr uint32_t scale_add2 = pack::scale_add2(pack::scale_exponent_add(pack::kNvfp4ScaleBias));
   const uint64_t bdesc = wgmma::smem_desc_k_major_sw128(ptx::smem_addr(smem));
   float acc[kAccSets][N / 2] = {};
   uint32_t fold = 0;  // mode 2: every fragment is folded in, so none is dead code
@@ -144,7 +143,9 @@ std::vector<WgmmaRateCase> wgmma_rate_cases() {
   return v;
 }
 
-double wgmma_rate_flop_per_pass(const WgmmaRateCase& c) { return double(kSteps) * c.warpgroups * 2.0 * 64 * c.n * 16; }
+double wgmma_rate_flop_per_pass(const WgmmaRateCase& c) {
+  return double(kWgmmaRateStepsPerPass) * c.warpgroups * 2.0 * 64 * c.n * 16;
+}
 
 void launch_wgmma_rate(size_t index, int ctas, int passes, float* sink, cudaStream_t stream) {
   const Case& c = kCases[index];

@@ -16,6 +16,8 @@ struct WgmmaRateCase {
   int acc_sets;    // accumulator sets: 2 alternates them over k16 steps
 };
 
+inline constexpr int kWgmmaRateStepsPerPass = 8;  // k16 steps per pass: two 64-k atoms, as a 128-k stage
+
 std::vector<WgmmaRateCase> wgmma_rate_cases();
 // FLOPs one CTA multiplies per pass (mode 2 counted as if it multiplied)
 double wgmma_rate_flop_per_pass(const WgmmaRateCase& c);

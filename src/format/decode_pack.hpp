@@ -77,10 +77,12 @@ inline constexpr float kAccumulatorFactor = 1024.0f;
 inline constexpr int kNvfp4ScaleBias = 9;
 inline constexpr int kMxfp4ScaleBias = 20;
 constexpr uint32_t scale_exponent_add(int bias) { return uint32_t(kScaleOperandExp2 + 127 - bias); }
+// exponent_add in the exponent field of both bf16 halves (KernelParams::scale_add2)
+constexpr uint32_t scale_add2(uint32_t exponent_add) { return (exponent_add << 7) | (exponent_add << 23); }
 // The bf16x2 operands of two prepared bytes spread as lo | hi << 16 (the kernel
 // spreads them with one byte permute): lo's operand in the low half, hi's in the high.
 FP4MOE_HD uint32_t scale_operands(uint32_t spread_bytes, uint32_t exponent_add) {
-  return spread_bytes * 16u + ((exponent_add << 7) | (exponent_add << 23));
+  return spread_bytes * 16u + scale_add2(exponent_add);
 }
 
 inline constexpr int kLanes = 32;

@@ -439,7 +439,7 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
   KernelParams kp{a.weights, a.scales, a.dequant_scale, a.x, a.gather, a.expert_offsets, a.y,
                   a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
                   a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
-                  (prepared_scale_exponent_add(a.format) << 7) | (prepared_scale_exponent_add(a.format) << 23),
+                  pack::scale_add2(prepared_scale_exponent_add(a.format)),
                   launch.debug_mode, a.permuted_rows, 0, 1, 0, nullptr, nullptr};
   FP4MOE_CHECK(launch.k_splits >= 0 && launch.k_splits <= plan::kMaxKSplits,
                "decode GEMM: k_splits = " << launch.k_splits << " is outside 0.." << plan::kMaxKSplits);

@@ -33,7 +33,7 @@ struct KernelParams {
   int scale_parts, top_k;
   int num_experts;
   int stages;
-  uint32_t scale_add2;  // (exponent_add << 7) in both bf16 halves
+  uint32_t scale_add2;  // pack::scale_add2(exponent_add): the exponent add in both bf16 halves
   int debug_mode;       // 0 normal; benchmark diagnostics: 1 loads only, 2 compute only, 3 no output tile staged or written
   int64_t permuted_rows;  // P (warp-specialized tiles: no row at or past it is read or written); 0 on all-warps tiles
   int offsets_ready_at_launch;  // DecodeGemmArgs::offsets_ready_at_launch (warp-specialized tiles)
