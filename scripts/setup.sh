@@ -19,6 +19,11 @@ PIP_PACKAGES=(
   "nvidia-cutlass==4.2.0.0"   # CUTLASS/CuTe headers only (--no-deps)
   "safetensors==0.4.5"        # interop tests write/read checkpoints with it
   "numpy==1.26.4"
+  # cuobjdump (and the nvdisasm it runs) for the SASS check in tests/tools/check_kernel_resources.py:
+  # the CUDA 13.0 toolkit here has neither. 13.2.51 is the oldest version on PyPI, and it reads
+  # nvcc 13.0's sm_90a and sm_120a objects (checked on both when it was pinned).
+  "nvidia-cuda-cuobjdump==13.2.51"
+  "nvidia-cuda-nvdisasm==13.2.51"
 )
 
 need_apt=0

@@ -16,8 +16,8 @@ namespace fp4moe {
 
 // One MoE layer of a ModelOpt NVFP4 checkpoint: its config (from config.json)
 // and its weights, as MoeLayer and the CPU reference take them. Each matrix
-// keeps its own weight_scale_2 (global_scale = 1 / weight_scale_2), so gate
-// and up with different scales are computed exactly. The router weight is
+// keeps its own weight_scale_2, so gate and up with different scales are
+// computed exactly. The router weight is
 // kept as bf16 bits (an fp32 router is rounded to nearest even).
 struct MoeCheckpointLayer {
   MoeConfig config;
@@ -52,13 +52,18 @@ QuantizeSummary quantize_checkpoint(const std::string& in_dir, const std::string
                                     const std::function<void(const QuantizeProgress&)>& progress = {});
 
 // What a checkpoint directory or a single .safetensors file holds and what
-// fp4moe would do with it, as report lines.
+// fp4moe would do with it, as report lines. A ModelOpt NVFP4 checkpoint's MoE
+// layers (every one, or `layer` when >= 0) are checked by the loader's own
+// validation; every problem it finds (file, tensor, value) is in `problems`,
+// and a checkpoint with any cannot be used.
 struct CheckpointSummary {
   bool nvfp4 = false;               // ModelOpt NVFP4 (hf_quant_config.json)
   std::vector<int64_t> moe_layers;  // layers holding routed experts
   int64_t tensors = 0, bytes = 0;
   std::vector<std::string> lines;
+  std::vector<std::string> problems;
+  bool usable() const { return problems.empty(); }
 };
-CheckpointSummary inspect_checkpoint(const std::string& path, bool every_tensor = false);
+CheckpointSummary inspect_checkpoint(const std::string& path, bool every_tensor = false, int64_t layer = -1);
 
 }  // namespace fp4moe

@@ -1,11 +1,12 @@
-// FP4 formats, bit-exact to docs/formats.md (DESIGN.md section 3).
+// FP4 formats, bit-exact to docs/formats.md.
 //
 //   E2M1   4-bit element: codes 0..15 -> 0 .5 1 1.5 2 3 4 6 and their negatives.
 //   UE4M3  NVFP4 block scale: float8_e4m3fn with sign 0, one per 16 elements.
 //   UE8M0  MXFP4 block scale: a power of two, one per 32 elements.
 //
 // NVFP4 matrix [N, K]: packed uint8 [N, K/2] (element 2i in the low nibble),
-// scales uint8 (e4m3fn bits) [N, K/16] row-major, and one fp32 global scale.
+// scales uint8 (e4m3fn bits) [N, K/16] row-major, and one fp32 weight_scale_2,
+// as NVIDIA's Model Optimizer (ModelOpt) writes them.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -40,10 +41,8 @@ struct Fp4Matrix {
   int64_t cols = 0;                 // K, the reduction dimension
   std::vector<uint8_t> packed;      // [rows, cols/2], element 2i in the low nibble
   std::vector<uint8_t> scales;      // [rows, cols/block] e4m3fn (nvfp4) or e8m0 (mxfp4) bits
-  // NVFP4 only: gs = 448*6/amax used when encoding; dequant divides by it
-  // (e2m1 * scale / global_scale, docs/formats.md). weight_scale_2 =
-  // amax/(6*448) is ModelOpt's stored convention, kept for export. MXFP4: 1.
-  float global_scale = 1.0f;
+  // NVFP4: ModelOpt's per-tensor scale, amax * fl(1/2688); a value is
+  // e2m1 * fl(block scale * weight_scale_2) (docs/formats.md). MXFP4: 1.
   float weight_scale_2 = 1.0f;
 
   int block_size() const { return format == Fp4Format::nvfp4 ? kNvfp4BlockSize : kMxfp4BlockSize; }
@@ -58,12 +57,19 @@ struct Fp4Matrix {
 
 // Quantize a row-major [rows, cols] matrix. cols must be a multiple of the
 // block size (16 for NVFP4, 32 for MXFP4), otherwise fp4moe::Error.
+// NVFP4 is bit-exact with ModelOpt's export (docs/formats.md). amax defaults to
+// the matrix's max |x|; a larger one is given where ModelOpt shares it (an
+// expert's gate_proj and up_proj both take the larger of their two amax).
 Fp4Matrix quantize_nvfp4(const float* x, int64_t rows, int64_t cols);
+Fp4Matrix quantize_nvfp4(const float* x, int64_t rows, int64_t cols, float amax);
 Fp4Matrix quantize_nvfp4_bf16(const uint16_t* x, int64_t rows, int64_t cols);
+Fp4Matrix quantize_nvfp4_bf16(const uint16_t* x, int64_t rows, int64_t cols, float amax);
+float nvfp4_amax(const float* x, int64_t rows, int64_t cols);  // max |x|, with quantize_nvfp4's input checks
 Fp4Matrix quantize_mxfp4(const float* x, int64_t rows, int64_t cols);
 Fp4Matrix quantize(Fp4Format f, const float* x, int64_t rows, int64_t cols);
 
-// Dequantize to fp32: every value is fl(e2m1 * scale / global_scale) (e2m1 * scale is exact).
+// Dequantize to fp32: every value is e2m1 * fl(scale * weight_scale_2), as
+// ModelOpt computes it (MXFP4: e2m1 * scale, exact).
 std::vector<float> dequantize(const Fp4Matrix& m);
 
 // ---- scale layouts --------------------------------------------------------

@@ -1,13 +1,9 @@
-// Fp4Matrix accessors and exact dequantization.
+// Fp4Matrix accessors and dequantization.
 //
-// Dequantized value = e2m1(q) * scale / global_scale, in fp32, in that order.
-// e2m1 * scale is exact (at most 5 significant bits); the division by the
-// global scale is the only rounding. Dividing by gs = 448*6/amax (rather than
-// multiplying by weight_scale_2 = amax/(6*448)) is what makes requantization
-// reproduce the same global scale: fl(2688 / fl(2688 / gs)) == gs for every
-// finite gs, whereas fl(2688 * weight_scale_2) misses amax by an ulp for about
-// one amax in five, which then changes gs (docs/formats.md). For MXFP4 the
-// global scale is 1 and the division is exact.
+// Dequantized value = e2m1(q) * fl(scale * weight_scale_2), in fp32, in the
+// order ModelOpt's NVFP4QTensor.dequantize computes it (the block's scale
+// times the tensor's first, then the code value). For MXFP4 weight_scale_2 is
+// 1 and the value is exact.
 #include <cstdint>
 #include <vector>
 
@@ -56,8 +52,7 @@ float Fp4Matrix::dequant(int64_t r, int64_t c) const {
   FP4MOE_CHECK(r >= 0 && r < rows && c >= 0 && c < cols,
                "Fp4Matrix::dequant: (" << r << ", " << c << ") is outside the " << rows << " x " << cols
                                        << " matrix");
-  const float prod = e2m1_decode(code(r, c)) * scale(r, c / block_size());  // exact
-  return prod / global_scale;
+  return e2m1_decode(code(r, c)) * (scale(r, c / block_size()) * weight_scale_2);
 }
 
 std::vector<float> dequantize(const Fp4Matrix& m) {
@@ -67,11 +62,10 @@ std::vector<float> dequantize(const Fp4Matrix& m) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
   for (int64_t r = 0; r < m.rows; ++r) {
     for (int64_t kb = 0; kb < kc; ++kb) {
-      const float s = decode_scale(m.format, m.scales[static_cast<size_t>(r * kc + kb)]);
+      const float s = decode_scale(m.format, m.scales[static_cast<size_t>(r * kc + kb)]) * m.weight_scale_2;
       for (int i = 0; i < bs; ++i) {
         const int64_t c = kb * bs + i;
-        const float prod = e2m1_decode(m.code(r, c)) * s;  // exact
-        out[static_cast<size_t>(r * m.cols + c)] = prod / m.global_scale;
+        out[static_cast<size_t>(r * m.cols + c)] = e2m1_decode(m.code(r, c)) * s;
       }
     }
   }

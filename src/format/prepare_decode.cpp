@@ -140,7 +140,7 @@ PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix* const> e
         }
         s[scale_byte_offset(p.k, row, col)] = static_cast<uint8_t>(pb);
       }
-    p.dequant_scale[static_cast<size_t>(e)] = pack::kAccumulatorFactor / m.global_scale;  // same arithmetic as dequantize()
+    p.dequant_scale[static_cast<size_t>(e)] = pack::kAccumulatorFactor * m.weight_scale_2;  // exact: a power of two
   });
   return p;
 }
@@ -151,7 +151,6 @@ Fp4Matrix stack_rows(std::span<const Fp4Matrix* const> parts, int64_t interleave
   Fp4Matrix out;
   out.format = a.format;
   out.cols = a.cols;
-  out.global_scale = a.global_scale;
   out.weight_scale_2 = a.weight_scale_2;
   for (size_t i = 0; i < parts.size(); ++i) {
     const Fp4Matrix& m = *parts[i];
@@ -189,8 +188,8 @@ PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix* co
   p.scale_parts = 2;
   p.dequant_scale.resize(2 * gate.size());
   for (size_t e = 0; e < gate.size(); ++e) {
-    p.dequant_scale[2 * e] = pack::kAccumulatorFactor / gate[e]->global_scale;
-    p.dequant_scale[2 * e + 1] = pack::kAccumulatorFactor / up[e]->global_scale;
+    p.dequant_scale[2 * e] = pack::kAccumulatorFactor * gate[e]->weight_scale_2;
+    p.dequant_scale[2 * e + 1] = pack::kAccumulatorFactor * up[e]->weight_scale_2;
   }
   return p;
 }

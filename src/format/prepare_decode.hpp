@@ -16,7 +16,7 @@ struct PreparedExpertWeights {
   int64_t experts = 0, n = 0, k = 0;
   std::vector<uint8_t> weights;       // E * N * K / 2 bytes
   std::vector<uint8_t> scales;        // E * N * K / 16 bytes
-  std::vector<float> dequant_scale;   // [E][scale_parts] 2^10 / global_scale (see kAccumulatorFactor)
+  std::vector<float> dequant_scale;   // [E][scale_parts] 2^10 * weight_scale_2 (see kAccumulatorFactor)
   int scale_parts = 1;                // 2 for gated weights: part (row / 16) % 2
 
   int64_t weight_bytes_per_expert() const { return n * k / 2; }

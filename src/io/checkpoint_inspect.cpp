@@ -1,8 +1,10 @@
 // inspect_checkpoint: what a checkpoint (or one .safetensors file) holds,
-// tensors grouped by name pattern, and what fp4moe would do with it. Reads
-// headers and JSON only, never the tensors' data.
+// tensors grouped by name pattern, and what fp4moe would do with it. A
+// ModelOpt checkpoint's MoE layers go through the loader's own validation
+// (read_moe_layer), which reads the scales but not the FP4 codes.
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -96,35 +98,49 @@ std::string describe_config(const MoeConfig& c) {
   return os.str();
 }
 
-void describe_directory(const std::string& path, const io::TensorStore& store, CheckpointSummary& s) {
+// The loader's validation (read_moe_layer) on every MoE layer asked for, without
+// copying the FP4 codes; each problem it finds becomes a line.
+void describe_directory(const std::string& path, const io::TensorStore& store, int64_t only_layer, CheckpointSummary& s) {
+  io::ProblemList problems;
   const std::string config = (fs::path(path) / io::modelopt::kModelConfigFile).string();
-  bool config_ok = false;
-  try {
-    s.lines.push_back("config.json: " + describe_config(config_from_hf_json(config)));
-    config_ok = true;
-  } catch (const Error& e) {
-    s.lines.push_back(std::string("config.json: unusable: ") + e.what());
-  }
+  std::optional<MoeConfig> cfg;
+  if (problems.check(-2, [&] { cfg = config_from_hf_json(config); })) s.lines.push_back("config.json: " + describe_config(*cfg));
   bool quant_config = false;
-  try {
-    quant_config = io::modelopt::has_quant_config(path);
-    s.lines.push_back("quantization: " + (quant_config ? "NVFP4, group 16 (" + io::modelopt::require_nvfp4_quant_config(path) + ")"
-                                                       : std::string("none (no hf_quant_config.json)")));
-    s.nvfp4 = quant_config;
-  } catch (const Error& e) {
-    s.lines.push_back(std::string("quantization: unusable: ") + e.what());
-  }
+  problems.check(-2, [&] { quant_config = io::modelopt::has_quant_config(path); });
+  if (quant_config && problems.check(-2, [&] {
+        s.lines.push_back("quantization: NVFP4, group 16 (" + io::modelopt::require_nvfp4_quant_config(path) + ")");
+      }))
+    s.nvfp4 = true;
+  else if (!quant_config)
+    s.lines.push_back("quantization: none (no hf_quant_config.json)");
   s.moe_layers = io::modelopt::moe_layers(store.names());
-  if (s.moe_layers.empty()) {
-    s.lines.push_back("fp4moe: no MoE layers (model.layers.{L}.mlp.experts.{e}.*): nothing to run or quantize");
+  std::vector<int64_t> checked = s.moe_layers;
+  if (only_layer >= 0) checked = {only_layer};
+  if (s.moe_layers.empty()) problems.add(-1, path + ": no MoE layers (model.layers.{L}.mlp.experts.{e}.*): nothing to run or quantize");
+
+  std::vector<std::string> notes;
+  if (s.nvfp4 && cfg && !s.moe_layers.empty())
+    for (const int64_t layer : checked) {
+      io::ProblemList found;
+      const MoeCheckpointLayer l = io::modelopt::read_moe_layer(path, store, *cfg, layer, found, /*read_codes=*/false);
+      for (std::string& p : found.sorted()) problems.add(layer, "layer " + std::to_string(layer) + ": " + p);
+      if (notes.empty()) notes = l.notes;
+    }
+  s.problems = problems.sorted();
+  const std::string layers = number_set({checked.begin(), checked.end()});
+  if (!s.problems.empty()) {
+    s.lines.push_back("problems (" + std::to_string(s.problems.size()) + "):");
+    for (const std::string& p : s.problems) s.lines.push_back("  " + p);
+    s.lines.push_back("fp4moe: this checkpoint cannot be used until the problems above are fixed");
     return;
   }
-  const std::string layers = number_set({s.moe_layers.begin(), s.moe_layers.end()});
-  const std::string first = std::to_string(s.moe_layers.front());
-  if (s.nvfp4 && config_ok) {
-    s.lines.push_back("fp4moe: MoE layers " + layers + " load as NVFP4 (W4A16: input_scale unused); e.g. `fp4moe run --checkpoint " +
-                      path + " --layer " + first + "` runs layer " + first + " (GPU, or the CPU reference without one)");
-  } else if (!quant_config && config_ok) {
+  const std::string first = std::to_string(checked.front());
+  if (s.nvfp4) {
+    for (const std::string& n : notes) s.lines.push_back("layer " + first + ": " + n);
+    s.lines.push_back("fp4moe: MoE layers " + layers + " checked, they load as NVFP4 (W4A16: input_scale unused); e.g. " +
+                      "`fp4moe run --checkpoint " + path + " --layer " + first + "` runs layer " + first +
+                      " (GPU, or the CPU reference without one)");
+  } else {
     int64_t n = 0;
     for (const std::string& name : store.names()) {
       const auto e = io::modelopt::parse_expert_tensor_name(name);
@@ -132,8 +148,6 @@ void describe_directory(const std::string& path, const io::TensorStore& store, C
     }
     s.lines.push_back("fp4moe: MoE layers " + layers + ", not quantized: `fp4moe quantize --in " + path +
                       " --out DIR` makes NVFP4 of their " + std::to_string(n) + " expert weight tensors");
-  } else {
-    s.lines.push_back("fp4moe: MoE layers " + layers + ", but the files above must be fixed before fp4moe can use them");
   }
 }
 
@@ -151,7 +165,7 @@ void describe_file(const std::string& path, const io::TensorStore& store, Checkp
 
 }  // namespace
 
-CheckpointSummary inspect_checkpoint(const std::string& path, bool every_tensor) {
+CheckpointSummary inspect_checkpoint(const std::string& path, bool every_tensor, int64_t layer) {
   FP4MOE_CHECK(fs::exists(path), path << ": no such file or directory");
   const io::TensorStore store = io::TensorStore::open(path);
   CheckpointSummary s;
@@ -174,7 +188,7 @@ CheckpointSummary inspect_checkpoint(const std::string& path, bool every_tensor)
   } else {
     for (std::string& l : grouped_lines(store)) s.lines.push_back(std::move(l));
   }
-  if (dir) describe_directory(path, store, s);
+  if (dir) describe_directory(path, store, layer, s);
   else describe_file(path, store, s);
   return s;
 }

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "fp4moe/format.hpp"
+#include "fp4moe/checkpoint.hpp"
+#include "io/problem_list.hpp"
 #include "io/safetensors.hpp"
 #include "io/tensor_store.hpp"
 
@@ -48,12 +50,22 @@ std::string quant_config_json(const std::vector<std::string>& exclude_modules);
 // The NVFP4 matrix stored under `prefix` ("...gate_proj."): weight U8 [rows, cols/2],
 // weight_scale F8_E4M3 [rows, cols/16] (no NaN, no negative), weight_scale_2
 // F32 scalar (finite, > 0); input_scale, when present, F32 scalar finite > 0.
+// Every problem goes to `problems` (under `order`); nullopt when there was one.
+// read_codes false checks the weights' dtype and shape without copying them
+// (and leaves packed and scales empty): what inspect needs.
 struct LoadedNvfp4 {
   Fp4Matrix matrix;
   bool has_input_scale = false;
 };
-LoadedNvfp4 load_nvfp4_matrix(const TensorStore& store, const std::string& prefix, int64_t rows, int64_t cols,
-                              const std::string& shape_source);
+std::optional<LoadedNvfp4> load_nvfp4_matrix(const TensorStore& store, const std::string& prefix, int64_t rows,
+                                             int64_t cols, const std::string& shape_source, ProblemList& problems,
+                                             int64_t order, bool read_codes = true);
+
+// One MoE layer of the ModelOpt checkpoint in `dir` whose tensors `store`
+// holds, checked against `cfg` (config.json), every problem recorded rather
+// than thrown: load_moe_layer throws them, inspect lists them.
+MoeCheckpointLayer read_moe_layer(const std::string& dir, const TensorStore& store, const MoeConfig& cfg, int64_t layer,
+                                  ProblemList& problems, bool read_codes);
 
 // Appends the four tensors of `m` under `prefix`; they point into `m` (and a
 // static input_scale), which must outlive the write.

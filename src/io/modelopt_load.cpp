@@ -45,24 +45,31 @@ void check_layer_index(const std::string& config_path, int64_t layer, const Tens
   throw Error(why + "; MoE layers here: " + layer_list(io::modelopt::moe_layers(store.names())));
 }
 
+// Problem order: the layer's own checks first, then the experts by index
+// (the shared expert after them), then the router.
+constexpr int64_t kLayerOrder = -1;
+int64_t expert_order(int64_t e, int proj) { return e * 4 + proj; }
+
 struct ExpertLoad {
   ExpertWeights weights;
   int input_scales = 0;
 };
 
-ExpertLoad load_expert(const TensorStore& store, const std::string& prefix, int64_t H, int64_t I, const std::string& src) {
-  ExpertLoad e;
+ExpertLoad load_expert(const TensorStore& store, const std::string& prefix, int64_t e, int64_t H, int64_t I,
+                       const std::string& src, io::ProblemList& problems, bool read_codes) {
+  ExpertLoad out;
   const std::string gu = "[I, H] = [" + std::to_string(I) + ", " + std::to_string(H) + "] from " + src;
   const std::string dn = "[H, I] = [" + std::to_string(H) + ", " + std::to_string(I) + "] from " + src;
-  auto part = [&](const char* proj, int64_t rows, int64_t cols, const std::string& why) {
-    io::modelopt::LoadedNvfp4 l = io::modelopt::load_nvfp4_matrix(store, prefix + proj + ".", rows, cols, why);
-    e.input_scales += l.has_input_scale;
-    return std::move(l.matrix);
-  };
-  e.weights.gate = part("gate_proj", I, H, gu);
-  e.weights.up = part("up_proj", I, H, gu);
-  e.weights.down = part("down_proj", H, I, dn);
-  return e;
+  Fp4Matrix* dst[3] = {&out.weights.gate, &out.weights.up, &out.weights.down};
+  for (int p = 0; p < 3; ++p) {
+    const bool down = p == 2;
+    auto l = io::modelopt::load_nvfp4_matrix(store, prefix + io::modelopt::kProjections[p] + ".", down ? H : I,
+                                             down ? I : H, down ? dn : gu, problems, expert_order(e, p), read_codes);
+    if (!l) continue;
+    out.input_scales += l->has_input_scale;
+    *dst[p] = std::move(l->matrix);
+  }
+  return out;
 }
 
 std::vector<float> load_correction_bias(const TensorStore& store, int64_t layer, int64_t E, const std::string& src) {
@@ -76,17 +83,16 @@ std::vector<float> load_correction_bias(const TensorStore& store, int64_t layer,
 
 }  // namespace
 
-MoeCheckpointLayer load_moe_layer(const std::string& dir, int64_t layer) {
-  FP4MOE_CHECK(fs::is_directory(dir), dir << ": not a checkpoint directory");
-  const std::string config_path = (fs::path(dir) / io::modelopt::kModelConfigFile).string();
+namespace io::modelopt {
+
+MoeCheckpointLayer read_moe_layer(const std::string& dir, const TensorStore& store, const MoeConfig& c, int64_t layer,
+                                  ProblemList& problems, bool read_codes) {
   MoeCheckpointLayer out;
   out.layer = layer;
-  out.config = config_from_hf_json(config_path);
-  const std::string quant_source = io::modelopt::require_nvfp4_quant_config(dir);
-  const TensorStore store = TensorStore::open(dir);
-  check_layer_index(config_path, layer, store);
+  out.config = c;
+  const std::string config_path = (fs::path(dir) / kModelConfigFile).string();
+  if (!problems.check(kLayerOrder, [&] { check_layer_index(config_path, layer, store); })) return out;
 
-  const MoeConfig& c = out.config;
   const int64_t E = c.num_experts;
   const std::string src = "config.json";
   MoeWeights& w = out.weights;
@@ -94,25 +100,29 @@ MoeCheckpointLayer load_moe_layer(const std::string& dir, int64_t layer) {
   w.has_shared = c.shared_expert;
   std::vector<int> input_scales(size_t(E) + 1, 0);
   detail::parallel_for(E + (c.shared_expert ? 1 : 0), [&](int64_t e) {
-    ExpertLoad l = e < E ? load_expert(store, io::modelopt::expert_prefix(layer, e), c.hidden, c.intermediate, src)
-                         : load_expert(store, io::modelopt::shared_prefix(layer), c.hidden, c.shared_intermediate,
-                                       src + " (n_shared_experts x moe_intermediate_size)");
+    ExpertLoad l = e < E ? load_expert(store, expert_prefix(layer, e), e, c.hidden, c.intermediate, src, problems, read_codes)
+                         : load_expert(store, shared_prefix(layer), e, c.hidden, c.shared_intermediate,
+                                       src + " (n_shared_experts x moe_intermediate_size)", problems, read_codes);
     (e < E ? w.experts[size_t(e)] : w.shared) = std::move(l.weights);
     input_scales[size_t(e)] = l.input_scales;
   });
-  FP4MOE_CHECK(!store.contains(io::modelopt::expert_prefix(layer, E) + "gate_proj.weight"),
-               store.path() << ": layer " << layer << " holds expert " << E << ", but config.json has "
-                            << E << " routed experts");
-  FP4MOE_CHECK(c.shared_expert || !store.contains(io::modelopt::shared_prefix(layer) + "gate_proj.weight"),
-               store.path() << ": layer " << layer << " holds shared_experts, but config.json has no n_shared_experts");
+  const int64_t after_experts = expert_order(E + 1, 0);
+  if (store.contains(expert_prefix(layer, E) + "gate_proj.weight"))
+    problems.add(kLayerOrder, store.path() + ": layer " + std::to_string(layer) + " holds expert " + std::to_string(E) +
+                                  ", but config.json has " + std::to_string(E) + " routed experts");
+  if (!c.shared_expert && store.contains(shared_prefix(layer) + "gate_proj.weight"))
+    problems.add(kLayerOrder, store.path() + ": layer " + std::to_string(layer) +
+                                  " holds shared_experts, but config.json has no n_shared_experts");
 
-  const TensorRef router = store.get(io::modelopt::router_weight_name(layer));
-  io::expect_shape(router, {E, c.hidden}, "[E, H] from " + src);
-  w.router_weight = io::read_bf16_bits(router);
-  if (router.info->dtype == io::Dtype::F32) out.notes.push_back("router weight F32, rounded to bf16");
+  problems.check(after_experts, [&] {
+    const TensorRef router = store.get(router_weight_name(layer));
+    io::expect_shape(router, {E, c.hidden}, "[E, H] from " + src);
+    w.router_weight = io::read_bf16_bits(router);
+    if (router.info->dtype == io::Dtype::F32) out.notes.push_back("router weight F32, rounded to bf16");
+  });
   if (c.use_correction_bias)
-    w.correction_bias = load_correction_bias(store, layer, E, src);
-  else if (store.contains(io::modelopt::correction_bias_name(layer)))
+    problems.check(after_experts + 1, [&] { w.correction_bias = load_correction_bias(store, layer, E, src); });
+  else if (store.contains(correction_bias_name(layer)))
     out.notes.push_back("e_score_correction_bias present but unused (config.json's topk_method is not noaux_tc)");
 
   int64_t with_input_scale = 0;
@@ -120,6 +130,25 @@ MoeCheckpointLayer load_moe_layer(const std::string& dir, int64_t layer) {
   if (with_input_scale)
     out.notes.push_back(std::to_string(with_input_scale) +
                         " input_scale tensors checked, unused (fp4moe keeps activations in bf16: W4A16)");
+  return out;
+}
+
+}  // namespace io::modelopt
+
+MoeCheckpointLayer load_moe_layer(const std::string& dir, int64_t layer) {
+  FP4MOE_CHECK(fs::is_directory(dir), dir << ": not a checkpoint directory");
+  const MoeConfig config = config_from_hf_json((fs::path(dir) / io::modelopt::kModelConfigFile).string());
+  const std::string quant_source = io::modelopt::require_nvfp4_quant_config(dir);
+  const TensorStore store = TensorStore::open(dir);
+  io::ProblemList problems;
+  MoeCheckpointLayer out = io::modelopt::read_moe_layer(dir, store, config, layer, problems, /*read_codes=*/true);
+  const std::vector<std::string> found = problems.sorted();
+  if (!found.empty()) {
+    std::string what = found.front();
+    if (found.size() > 1)
+      what += " (and " + std::to_string(found.size() - 1) + " more problem(s); `fp4moe inspect " + dir + "` lists them all)";
+    throw Error(what);
+  }
   out.notes.push_back("quantization: NVFP4, group 16 (" + quant_source + ")");
   return out;
 }

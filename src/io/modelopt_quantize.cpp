@@ -1,7 +1,7 @@
-// quantize_checkpoint: a bf16/fp32 MoE checkpoint to ModelOpt NVFP4. Each
-// input shard becomes an output shard of the same name; the expert weights
-// are quantized (in parallel, per tensor, with the format code's
-// conventions), every other tensor is copied byte for byte.
+// quantize_checkpoint: a bf16/fp32 MoE checkpoint to ModelOpt NVFP4, as
+// ModelOpt's own export writes it (docs/formats.md). Each input shard becomes
+// an output shard of the same name; the expert weights are quantized (in
+// parallel, per tensor), every other tensor is copied byte for byte.
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -27,19 +27,56 @@ bool is_quantized_weight(const std::string& name) {
   return n && n->field == "weight";
 }
 
-Fp4Matrix quantize_tensor(const TensorRef& t) {
+void check_quantizable(const TensorRef& t) {
   io::expect_dtype(t, {io::Dtype::BF16, io::Dtype::F32});
   FP4MOE_CHECK(t.info->shape.size() == 2, t.where() << " has shape " << io::shape_string(t.info->shape)
                                                     << "; an expert projection is a matrix [N, K]");
-  const int64_t rows = t.info->shape[0], cols = t.info->shape[1];
-  FP4MOE_CHECK(cols % kNvfp4BlockSize == 0, t.where() << " has K = " << cols << " columns, not a multiple of the NVFP4 block "
-                                                      << kNvfp4BlockSize);
+  FP4MOE_CHECK(t.info->shape[1] % kNvfp4BlockSize == 0, t.where() << " has K = " << t.info->shape[1]
+                                                                  << " columns, not a multiple of the NVFP4 block "
+                                                                  << kNvfp4BlockSize);
+}
+
+// BF16 widens to fp32 exactly, so every step below sees the same values ModelOpt does.
+Fp4Matrix quantize_tensor(const TensorRef& t, float amax) {
+  check_quantizable(t);
   try {
-    if (t.info->dtype == io::Dtype::BF16) return quantize_nvfp4_bf16(io::read_bf16_bits(t).data(), rows, cols);
-    return quantize_nvfp4(io::read_floats(t).data(), rows, cols);
+    const std::vector<float> x = io::read_floats(t);
+    return quantize_nvfp4(x.data(), t.info->shape[0], t.info->shape[1], amax);
   } catch (const Error& e) {
     throw Error(t.where() + ": " + e.what());
   }
+}
+
+// The amax each weight is quantized with. ModelOpt's export gives an expert's
+// gate_proj and up_proj (routed and shared alike) one amax, the larger of the
+// two, since engines fuse them into one GEMM with one weight_scale_2;
+// down_proj keeps its own. Keyed by tensor name.
+std::map<std::string, float> export_amax(const io::TensorStore& store, const std::vector<std::string>& weights) {
+  std::vector<float> own(weights.size());
+  detail::parallel_for(int64_t(weights.size()), [&](int64_t i) {
+    const TensorRef t = store.get(weights[size_t(i)]);
+    check_quantizable(t);
+    const std::vector<float> x = io::read_floats(t);
+    try {
+      own[size_t(i)] = nvfp4_amax(x.data(), t.info->shape[0], t.info->shape[1]);
+    } catch (const Error& e) {
+      throw Error(t.where() + ": " + e.what());
+    }
+  });
+  std::map<std::string, float> fused;  // expert prefix -> max(amax_gate, amax_up)
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const auto n = io::modelopt::parse_expert_tensor_name(weights[i]);
+    if (n->projection == "down_proj") continue;
+    const std::string prefix = weights[i].substr(0, weights[i].size() - (n->projection + ".weight").size());
+    fused[prefix] = std::max(fused[prefix], own[i]);
+  }
+  std::map<std::string, float> amax;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const auto n = io::modelopt::parse_expert_tensor_name(weights[i]);
+    const std::string prefix = weights[i].substr(0, weights[i].size() - (n->projection + ".weight").size());
+    amax[weights[i]] = n->projection == "down_proj" ? own[i] : fused[prefix];
+  }
+  return amax;
 }
 
 // Files beside the tensors (config.json, tokenizer, ...) are copied; weight
@@ -80,6 +117,11 @@ QuantizeSummary quantize_checkpoint(const std::string& in_dir, const std::string
   const io::TensorStore store = io::TensorStore::open(in_dir);
   const std::vector<Shard> shards = shards_of(store, in_dir);
 
+  std::vector<std::string> weights;
+  for (const std::string& name : store.names())
+    if (is_quantized_weight(name)) weights.push_back(name);
+  const std::map<std::string, float> amax = export_amax(store, weights);
+
   QuantizeProgress p;
   for (const std::string& name : store.names()) {
     p.tensors_total += 1;
@@ -101,7 +143,8 @@ QuantizeSummary quantize_checkpoint(const std::string& in_dir, const std::string
     for (int64_t first = 0; first < int64_t(to_quantize.size()); first += chunk) {
       const int64_t n = std::min<int64_t>(chunk, int64_t(to_quantize.size()) - first);
       detail::parallel_for(n, [&](int64_t i) {
-        quantized[size_t(first + i)] = quantize_tensor(store.get(to_quantize[size_t(first + i)]));
+        const std::string& name = to_quantize[size_t(first + i)];
+        quantized[size_t(first + i)] = quantize_tensor(store.get(name), amax.at(name));
       });
       for (int64_t i = 0; i < n; ++i) p.bytes_done += int64_t(store.get(to_quantize[size_t(first + i)]).info->bytes());
       p.tensors_done += n;

@@ -79,8 +79,7 @@ Fp4Matrix random_matrix_direct(Fp4Format format, int64_t rows, int64_t cols, std
                                     : ue8m0_encode_ceil(static_cast<float>(scale_typ * (0.5 + 1.5 * uniform(g))));
   if (format == Fp4Format::nvfp4) {
     // values ~ code * scale / gs with rms(code) ~ 2.5: std ~ 1/sqrt(cols) as random_matrix gives
-    m.global_scale = static_cast<float>(2.5 * scale_typ * std::sqrt(static_cast<double>(cols)));
-    m.weight_scale_2 = 1.0f / m.global_scale;
+    m.weight_scale_2 = static_cast<float>(1.0 / (2.5 * scale_typ * std::sqrt(static_cast<double>(cols))));
   }
   return m;
 }

@@ -1,6 +1,8 @@
 // quantize_checkpoint: a bf16/fp32 MoE checkpoint becomes ModelOpt NVFP4
-// whose matrices are exactly what quantize_nvfp4 makes of the same values;
-// other tensors and files are copied; failures leave nothing behind.
+// whose matrices are exactly what quantize_nvfp4 makes of the same values,
+// gate_proj and up_proj of each expert sharing the larger amax of the two (as
+// ModelOpt's export does); other tensors and files are copied; failures leave
+// nothing behind.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -76,7 +78,19 @@ void expect_quantized_like_the_format_code(const std::string& out, const Source&
       continue;
     }
     const std::string prefix = name.substr(0, name.size() - 6);
-    const Fp4Matrix want = quantize_nvfp4(v.data(), s.shapes.at(name)[0], s.shapes.at(name)[1]);
+    const int64_t rows = s.shapes.at(name)[0], cols = s.shapes.at(name)[1];
+    float amax = nvfp4_amax(v.data(), rows, cols);
+    const bool fused = name.find("down_proj") == std::string::npos;
+    if (fused) {  // the expert's other half of the fused gate/up projection
+      const bool gate = name.find("gate_proj") != std::string::npos;
+      const std::string expert = name.substr(0, name.find(gate ? "gate_proj" : "up_proj"));
+      const std::string other = expert + (gate ? "up_proj.weight" : "gate_proj.weight");
+      amax = std::max(amax, nvfp4_amax(s.values.at(other).data(), rows, cols));
+    }
+    const Fp4Matrix want = quantize_nvfp4(v.data(), rows, cols, amax);
+    if (fused) {
+      EXPECT_EQ(io::read_scalar_f32(q.get(prefix + "weight_scale_2")), amax * (1.0f / 2688.0f)) << name << ": the shared amax";
+    }
     EXPECT_EQ(io::read_bytes(q.get(prefix + "weight")), want.packed) << name;
     EXPECT_EQ(io::read_bytes(q.get(prefix + "weight_scale")), want.scales) << name;
     EXPECT_EQ(io::read_scalar_f32(q.get(prefix + "weight_scale_2")), want.weight_scale_2) << name;
@@ -103,8 +117,11 @@ TEST(CheckpointQuantize, Fp32AndBf16CheckpointsBecomeModelOptNvfp4) {
     const MoeCheckpointLayer l = load_moe_layer(dir / "out", 0);
     EXPECT_EQ(l.weights.experts.size(), size_t(E));
     EXPECT_TRUE(l.weights.has_shared);
-    EXPECT_EQ(l.weights.experts[1].up.packed,
-              quantize_nvfp4(s.values.at("model.layers.0.mlp.experts.1.up_proj.weight").data(), I, H).packed);
+    const std::vector<float>& gate = s.values.at("model.layers.0.mlp.experts.1.gate_proj.weight");
+    const std::vector<float>& up = s.values.at("model.layers.0.mlp.experts.1.up_proj.weight");
+    const float amax = std::max(nvfp4_amax(gate.data(), I, H), nvfp4_amax(up.data(), I, H));
+    EXPECT_EQ(l.weights.experts[1].up.packed, quantize_nvfp4(up.data(), I, H, amax).packed);
+    EXPECT_EQ(l.weights.experts[1].gate.weight_scale_2, l.weights.experts[1].up.weight_scale_2);
   }
 }
 
@@ -190,6 +207,7 @@ TEST(CheckpointInspect, SaysWhatFp4moeWouldDo) {
   for (const std::string& l : s.lines) text += l + "\n";
   EXPECT_NE(text.find("quantization: NVFP4, group 16"), std::string::npos) << text;
   EXPECT_NE(text.find("`fp4moe run --checkpoint " + (dir / "out") + " --layer 0`"), std::string::npos) << text;
+  EXPECT_TRUE(s.usable()) << text;
   EXPECT_NE(text.find("down_proj.weight_scale_2  F32 []  x4"), std::string::npos) << text;
   EXPECT_ERROR_CONTAINS(inspect_checkpoint(dir / "none"), "no such file or directory");
 }

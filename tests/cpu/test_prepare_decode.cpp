@@ -119,7 +119,7 @@ void expect_prepared_matches(Fp4Format f, uint64_t seed) {
   if (f == Fp4Format::nvfp4) {
     EXPECT_GT(subnormal_blocks, 0) << "the test should cover e4m3 subnormal scales";
   }
-  EXPECT_FLOAT_EQ(p.dequant_scale[0], pack::kAccumulatorFactor / experts[0].global_scale);
+  EXPECT_EQ(p.dequant_scale[0], pack::kAccumulatorFactor * experts[0].weight_scale_2);
 }
 
 TEST(PrepareDecode, Nvfp4RoundTripsThroughThePreparedLayout) { expect_prepared_matches(Fp4Format::nvfp4, 1); }
@@ -166,13 +166,13 @@ TEST(PrepareDecode, GatedWeightsInterleaveAndKeepBothGlobalScales) {
   std::vector<float> g(32 * 128), u(32 * 128);
   for (size_t i = 0; i < g.size(); ++i) g[i] = float(int(i % 11) - 5), u[i] = 0.01f * float(int(i % 7) - 3);
   const std::vector<Fp4Matrix> gate = {quantize_nvfp4(g.data(), 32, 128)}, up = {quantize_nvfp4(u.data(), 32, 128)};
-  ASSERT_NE(gate[0].global_scale, up[0].global_scale);
+  ASSERT_NE(gate[0].weight_scale_2, up[0].weight_scale_2);
   const PreparedExpertWeights p = prepare_gated_decode_weights(gate, up);
   EXPECT_EQ(p.n, 64);
   EXPECT_EQ(p.scale_parts, 2);
   ASSERT_EQ(p.dequant_scale.size(), 2u);
-  EXPECT_EQ(p.dequant_scale[0], pack::kAccumulatorFactor / gate[0].global_scale);
-  EXPECT_EQ(p.dequant_scale[1], pack::kAccumulatorFactor / up[0].global_scale);
+  EXPECT_EQ(p.dequant_scale[0], pack::kAccumulatorFactor * gate[0].weight_scale_2);
+  EXPECT_EQ(p.dequant_scale[1], pack::kAccumulatorFactor * up[0].weight_scale_2);
   // rows 0-15 gate 0-15, 16-31 up 0-15, 32-47 gate 16-31, 48-63 up 16-31
   for (int64_t c = 0; c < 128; c += 7) {
     EXPECT_EQ(prepared_code(p, 0, 3, c), gate[0].code(3, c));

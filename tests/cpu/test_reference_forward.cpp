@@ -52,7 +52,6 @@ Fp4Matrix hand_matrix(Fp4Format f, int64_t rows, int64_t cols, const std::functi
       m.packed[static_cast<size_t>(r * (cols / 2) + c / 2)] |= static_cast<uint8_t>((c & 1) ? code << 4 : code);
     }
   m.scales.assign(static_cast<size_t>(rows * m.scale_cols()), scale_bits(f, pow2));
-  m.global_scale = 1.0f;
   m.weight_scale_2 = 1.0f;
   return m;
 }

@@ -11,10 +11,12 @@ Usage: check_kernel_resources.py BUILD_DIR SOURCE[,SOURCE...] FP4MOE_CLI
 Recompiles each SOURCE with the build's own command plus -Xptxas -v (no output
 kept): the all-warps kernel (decode_grouped_gemm.cu) and the warp-specialized
 one (grouped_gemm_ws_sm90.cu) instantiate disjoint tiles of the one list."""
+import importlib.util
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,9 +84,41 @@ def ptxas_report(build, source, cmds, report):
             os.unlink(sass_of)
 
 
+# The CUDA toolkit on the CI machines ships nvcc and ptxas but no disassembler:
+# scripts/setup.sh installs cuobjdump and the nvdisasm it runs from PyPI
+# (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm), under site-packages/nvidia/cu13/bin.
+SETUP_HINT = ("scripts/setup.sh installs them, pinned (PyPI: nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm); "
+              "or set FP4MOE_CUOBJDUMP to a cuobjdump whose directory or PATH also holds nvdisasm")
+
+
+def find_cuobjdump():
+    """(cuobjdump path, environment for it): $FP4MOE_CUOBJDUMP, then PATH, then the PyPI package."""
+    candidates = [os.environ.get("FP4MOE_CUOBJDUMP"), shutil.which("cuobjdump")]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        candidates.append(os.path.join(root, "cu13", "bin", "cuobjdump"))
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            env = dict(os.environ)
+            env["PATH"] = os.path.dirname(c) + os.pathsep + env.get("PATH", "")  # its nvdisasm beside it
+            if not shutil.which("nvdisasm", path=env["PATH"]):
+                sys.exit(f"check_kernel_resources: {c} needs nvdisasm, which is neither beside it nor on PATH; "
+                         + SETUP_HINT)
+            return c, env
+    sys.exit("check_kernel_resources: cuobjdump not found (looked at $FP4MOE_CUOBJDUMP, PATH and the "
+             "nvidia-cuda-cuobjdump package); it reads the sm_90a SASS for the uniform-descriptor check. " + SETUP_HINT)
+
+
 def uniform_descriptor_report(obj, report):
     """R2UR between the first and the last HGMMA of each sm_90a warp-specialized tile, per HGMMA."""
-    sass = subprocess.run(["cuobjdump", "-sass", obj], capture_output=True, text=True, check=True).stdout
+    cuobjdump, env = find_cuobjdump()
+    res = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True, env=env)
+    if res.returncode:
+        sys.exit(f"check_kernel_resources: {cuobjdump} -sass failed:\n{res.stderr[-2000:]}")
+    sass = res.stdout
+    if "HGMMA" not in sass:
+        sys.exit(f"check_kernel_resources: {cuobjdump} printed no HGMMA for the sm_90a object: "
+                 "it cannot read nvcc's objects, or the kernel lost its wgmma")
     arch, cur, hgmma, r2ur, seen_r2ur = None, None, 0, 0, 0
 
     def flush():
@@ -111,6 +145,7 @@ def uniform_descriptor_report(obj, report):
 
 def main():
     build, sources, cli = sys.argv[1:4]
+    print("cuobjdump:", find_cuobjdump()[0])  # before the compiles: a missing tool is named at once
     cmds = json.load(open(f"{build}/compile_commands.json"))
     report = {}
     for source in sources.split(","):
