@@ -304,7 +304,7 @@ int main(int argc, char** argv) {
         const TimingStats eager = time_on_stream(
             [&] { kernels::launch_decode_grouped_gemm(args[0], best_launch, stream); }, stream, 3, reps);
 
-        // Where the time goes (METHOD.md: leave one part out): the best tile
+        // Where the time goes (leave one part out): the best tile
         // with only its loads, with only its math, and without its output
         // writes (the epilogue's share; results are garbage).
         json diag = {{"loads_only_ms", 0.0}, {"compute_only_ms", 0.0}, {"no_output_ms", 0.0}};

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|bench|decode|prefill|rate|layer|sanitize|all]
+#   scripts/gpu-run.sh [tests|bench|decode|prefill|rate|layer|host|modelopt|sanitize|all]
 #   (bench: GEMM tiles at decode and prefill sizes and the K loop's wgmma rate; decode, prefill: those sizes only;
-#    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench)
+#    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
+#    host: the router kernels by token count (bench_route) and a forward's host time (bench_host_overhead);
+#    modelopt: NVFP4 test vectors from ModelOpt's own code, MODELOPT_WHEEL=path of the nvidia-modelopt wheel
+#    (default .whl/nvidia_modelopt-*.whl), written to $OUT/modelopt_nvfp4_vectors.safetensors)
 # PACK=1 leaves one file, $OUT/gpu-run.tar.gz, holding every log (the device tool returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +14,8 @@ OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
 WHAT=${1:-all}
 case "$WHAT" in
-  tests|bench|decode|prefill|rate|layer|sanitize|all) ;;
-  *) echo "gpu-run: mode '$WHAT' is not one of tests, bench, decode, prefill, rate, layer, sanitize, all" >&2; exit 2 ;;
+  tests|bench|decode|prefill|rate|layer|host|modelopt|sanitize|all) ;;
+  *) echo "gpu-run: mode '$WHAT' is not one of tests, bench, decode, prefill, rate, layer, host, modelopt, sanitize, all" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null)
@@ -30,6 +33,7 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
   "$BIN/fp4moe_gpu_tests" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} 2>&1 | tee "$OUT/gpu_tests.log"
   rc=${PIPESTATUS[0]}
   summary+=("gpu tests: rc=$rc, $(grep -c '^\[       OK \]' "$OUT/gpu_tests.log") ok, $(grep -c '^\[  FAILED  \]' "$OUT/gpu_tests.log") failed lines, $(( $(date +%s) - start )) s")
+  summary+=("slowest gpu tests (ms): $(sed -nE 's/^\[       OK \] (\S+) \(([0-9]+) ms\)/\2 \1/p' "$OUT/gpu_tests.log" | sort -rn | head -6 | tr '\n' ' ')")
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = decode ] || [ "$WHAT" = prefill ] || [ "$WHAT" = all ]; then
   if [ -x "$BIN/bench_decode_gemm" ]; then
@@ -70,6 +74,21 @@ if [ "$WHAT" = rate ] || [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   if [ -x "$BIN/bench_wgmma_rate" ]; then
     "$BIN/bench_wgmma_rate" > "$OUT/bench_wgmma_rate.txt" 2>&1
     summary+=("bench_wgmma_rate: rc=$?")
+  fi
+fi
+if [ "$WHAT" = host ] || [ "$WHAT" = all ]; then
+  "$BIN/bench_route" > "$OUT/bench_route.txt" 2>&1
+  summary+=("bench_route: rc=$?")
+  "$BIN/bench_host_overhead" > "$OUT/bench_host_overhead.txt" 2>&1
+  summary+=("bench_host_overhead: rc=$?")
+fi
+if [ "$WHAT" = modelopt ]; then
+  wheel=${MODELOPT_WHEEL:-$(ls .whl/nvidia_modelopt-*.whl 2>/dev/null | head -1)}
+  if [ -z "$wheel" ]; then
+    summary+=("modelopt: no nvidia-modelopt wheel (MODELOPT_WHEEL or .whl/)")
+  else
+    python3 tests/tools/modelopt_nvfp4_vectors.py "$wheel" "$OUT/modelopt_nvfp4_vectors.safetensors" > "$OUT/modelopt.log" 2>&1
+    summary+=("modelopt vectors ($(basename "$wheel")): rc=$?, $(tail -1 "$OUT/modelopt.log")")
   fi
 fi
 if [ "$WHAT" = layer ] || [ "$WHAT" = all ]; then
@@ -118,6 +137,7 @@ for kind in decode prefill permuted; do
   if [ -f "$OUT/bench_${kind}_table.txt" ]; then cat "$OUT/bench_${kind}_table.txt"; fi
 done
 if [ -f "$OUT/bench_wgmma_rate.txt" ]; then cat "$OUT/bench_wgmma_rate.txt"; fi
+for f in bench_route bench_host_overhead; do [ -f "$OUT/$f.txt" ] && cat "$OUT/$f.txt"; done
 if [ -f "$OUT/tune.log" ]; then tail -32 "$OUT/tune.log"; fi
 if [ -f "$OUT/bench/bench.md" ]; then cat "$OUT/bench/bench.md"; fi
 if [ "${PACK:-0}" = 1 ]; then

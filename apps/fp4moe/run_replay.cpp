@@ -18,7 +18,7 @@
 namespace fp4moe::cli {
 namespace {
 
-constexpr double kCheckTolerance = 1e-2;  // relative Frobenius, DESIGN.md section 9
+constexpr double kCheckTolerance = 1e-2;  // relative Frobenius, as every GPU check (docs/reference.md)
 
 std::string describe_input(const io::ReplayInputs& in, const MoeConfig& cfg) {
   return fmt::format("{}: hidden_states {} [{}, {}], router_logits {}", in.path, io::dtype_name(in.hidden_dtype), in.tokens,

@@ -1,5 +1,6 @@
 #include "format/prepare_decode.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -54,6 +55,17 @@ int prepared_scale_of(Fp4Format f, float value) {
   return (e << 3) | static_cast<int>(mant8);
 }
 
+// The bits of one checkpoint byte (codes of columns c and c + 1: halves 0 and
+// 1) in a prepared word, for each of the word's four registers.
+const std::array<std::array<uint32_t, 256>, 4> kPairWords = [] {
+  std::array<std::array<uint32_t, 256>, 4> t{};
+  for (int reg = 0; reg < 4; ++reg)
+    for (int b = 0; b < 256; ++b)
+      t[size_t(reg)][size_t(b)] =
+          pack::place_code(pack::place_code(0, reg, 0, uint8_t(b & 15)), reg, 1, uint8_t(b >> 4));
+  return t;
+}();
+
 void clear_code(uint8_t* w, int64_t k, int64_t row, int64_t col) {
   const Slot slot = weight_slot(k, row, col);
   uint32_t word;
@@ -105,34 +117,45 @@ PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix* const> e
                  "prepare_decode_weights: expert " << e << " has " << m.packed.size() << " weight bytes and "
                                                    << m.scales.size() << " scale bytes for [" << m.rows << ", " << m.cols << "]");
   }
+  // Every scale byte's value and prepared byte (-1: outside the kernel's range), once.
+  std::array<float, 256> scale_value{};
+  std::array<int, 256> prepared{};
+  for (int b = 0; b < 256; ++b) {
+    scale_value[size_t(b)] = p.format == Fp4Format::nvfp4 ? e4m3_decode(uint8_t(b)) : ue8m0_decode(uint8_t(b));
+    prepared[size_t(b)] = prepared_scale_of(p.format, scale_value[size_t(b)]);
+  }
   detail::parallel_for(p.experts, [&](int64_t e) {
     const Fp4Matrix& m = *experts[static_cast<size_t>(e)];
     uint8_t* w = p.weights.data() + e * p.weight_bytes_per_expert();
     uint8_t* s = p.scales.data() + e * p.scale_bytes_per_expert();
-    // One 32-bit word per (16-row group, k16 step, lane): the lane's 8 codes.
+    // One 32-bit word per (16-row group, k16 step, lane): the lane's 8 codes, the
+    // two of each checkpoint byte (columns c, c + 1) placed by one table lookup.
+    const int64_t row_bytes = p.k / 2;
     for (int64_t rg = 0; rg < p.n / 16; ++rg)
       for (int64_t kc = 0; kc < p.k / 64; ++kc)
         for (int lane = 0; lane < pack::kLanes; ++lane)
           for (int t = 0; t < 4; ++t) {
             const int64_t r = rg * 16 + lane / 4, c = kc * 64 + t * 16 + (lane % 4) * 2;
-            uint32_t word = 0;
-            for (int reg = 0; reg < 4; ++reg)
-              for (int half = 0; half < 2; ++half)
-                word = pack::place_code(word, reg, half, m.code(r + (reg & 1) * 8, c + (reg >> 1) * 8 + half));
+            const uint8_t* src = m.packed.data() + r * row_bytes + c / 2;
+            // reg = (row + 8) + 2 (column + 8): bytes at rows r, r + 8 and columns c, c + 8
+            const uint32_t word = kPairWords[0][src[0]] | kPairWords[1][src[8 * row_bytes]] | kPairWords[2][src[4]] |
+                                  kPairWords[3][src[8 * row_bytes + 4]];
             std::memcpy(w + ((rg * (p.k / 64) + kc) * pack::kLanes + lane) * 16 + t * 4, &word, 4);
           }
     for (int64_t row = 0; row < p.n; ++row)
       for (int64_t col = 0; col < p.k; col += 16) {
         const uint8_t b = scale_byte_of(m, row, col);
-        const float value = p.format == Fp4Format::nvfp4 ? e4m3_decode(b) : ue8m0_decode(b);
+        const float value = scale_value[b];
+        // every code +-0: the 8 bytes of the row's 16 codes, sign bits aside
+        const uint8_t* codes = m.packed.data() + row * (p.k / 2) + col / 2;
         bool all_zero = true;
-        for (int64_t c = col; c < col + 16; ++c) all_zero &= (m.code(row, c) & 7) == 0;
+        for (int i = 0; i < 8; ++i) all_zero &= (codes[i] & 0x77) == 0;
         int pb = 0;
         if (value == 0.f || all_zero) {
           // A zero scale or a block of zeros: store byte 0 and clear the codes (exact).
           for (int64_t c = col; c < col + 16; ++c) clear_code(w, p.k, row, c);
         } else {
-          pb = prepared_scale_of(p.format, value);
+          pb = prepared[b];
           FP4MOE_CHECK(pb >= 0, "prepare_decode_weights: expert " << e << " row " << row << " column " << col
                                   << ": block scale " << value << " (byte 0x" << std::hex << int(b) << std::dec
                                   << ") is outside the decode kernel's range for " << to_string(p.format) << " [2^-"

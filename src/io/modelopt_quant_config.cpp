@@ -1,5 +1,5 @@
 // hf_quant_config.json: ModelOpt's statement of how a checkpoint is quantized.
-// fp4moe reads NVFP4 with 16-element blocks (DESIGN.md section 3) and nothing else.
+// fp4moe reads NVFP4 with 16-element blocks (docs/formats.md) and nothing else.
 #include <filesystem>
 #include <fstream>
 

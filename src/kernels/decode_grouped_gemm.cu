@@ -347,16 +347,24 @@ int resident_ctas(DeviceState& ds, int tile, int64_t smem) {
   return ds.occupancy[ti];
 }
 
+// The planner's verdict on a launch; a launch it rejects is an error carrying its explanation.
+plan::DecodeTileFit checked_fit(const DecodeLaunch& launch, int64_t n, int64_t k, const plan::SmemBudget& budget) {
+  const plan::DecodeTileFit fit = plan::fit_decode_tile(launch.tile, n, k, budget, launch.stages);
+  FP4MOE_CHECK(fit.fits, "decode GEMM: the planner rejects this launch: "
+                             << plan::plan_decode_tile(launch.tile, n, k, budget, launch.stages).explanation);
+  return fit;
+}
+
 // The split of a warp-specialized launch of `grid` CTAs: forced, or the planner's.
 plan::SplitKPlan k_split_plan(const DecodeGemmArgs& a, const DecodeLaunch& launch, int grid) {
   const plan::DecodeTile& tile = plan::kDecodeTiles[launch.tile];
   plan::SplitKPlan sp;
+  sp.tile = launch.tile;
   if (launch.k_splits > 0) {
     sp.splits = launch.k_splits;
-    sp.explanation = "k_splits = " + std::to_string(launch.k_splits) + " as given";
+    sp.why = plan::SplitKPlan::Why::given;
   } else if (!tile.splits_k() || !a.split_workspace) {
-    sp.explanation =
-        tile.splits_k() ? "no split-K workspace" : "tile " + plan::decode_tile_name(launch.tile) + " does not split K";
+    sp.why = tile.splits_k() ? plan::SplitKPlan::Why::no_workspace : plan::SplitKPlan::Why::tile_does_not_split;
   } else {
     sp = plan::plan_k_splits(launch.tile, a.n, a.k,
                              plan::expected_token_chunks(a.permuted_rows, a.num_experts, tile.chunk(), tile.nt), grid,
@@ -391,9 +399,8 @@ void set_k_splits(KernelParams& kp, const DecodeGemmArgs& a, const DecodeLaunch&
 
 plan::SplitKPlan decode_launch_k_splits(const DecodeGemmArgs& a, const DecodeLaunch& launch) {
   DeviceState& dev = current_device();
-  const plan::SmemPlan pl = plan::plan_decode_tile(launch.tile, a.n, a.k, dev.budget, launch.stages);
-  FP4MOE_CHECK(pl.fits, "decode GEMM: the planner rejects this launch: " << pl.explanation);
-  return k_split_plan(a, launch, launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, pl.smem_bytes));
+  const plan::DecodeTileFit fit = checked_fit(launch, a.n, a.k, dev.budget);
+  return k_split_plan(a, launch, launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, fit.smem_bytes));
 }
 
 int decode_launch_grid(const DecodeLaunch& launch) {
@@ -427,8 +434,7 @@ void launch_decode_grouped_gemm(const DecodeGemmArgs& a, const DecodeLaunch& lau
   if (a.epilogue == DecodeEpilogue::swiglu)
     FP4MOE_CHECK(a.n % 32 == 0, "decode GEMM: SwiGLU needs N = " << a.n << " to be a multiple of 32 (16 gate + 16 up rows)");
   // The planner decides whether this launch may run; nothing it rejects is launched.
-  const plan::SmemPlan pl = plan::plan_decode_tile(launch.tile, a.n, a.k, dev.budget, launch.stages);
-  FP4MOE_CHECK(pl.fits, "decode GEMM: the planner rejects this launch: " << pl.explanation);
+  const plan::DecodeTileFit pl = checked_fit(launch, a.n, a.k, dev.budget);
   const plan::DecodeTile& tile = plan::kDecodeTiles[launch.tile];
   const KernelFn fn = tile.warp_specialized ? ws_kernel(launch.tile) : kKernels[static_cast<size_t>(launch.tile)];
   const int64_t smem = pl.smem_bytes;

@@ -1,5 +1,6 @@
 #include "kernels/dependent_launch.cuh"
 
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -31,6 +32,13 @@ bool dependent_launch_enabled(const void* kernel) {
   FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   return known[key] = major >= 9 && attr.ptxVersion >= 90;
 }
+
+namespace {
+std::atomic<bool> skip_launches{false};
+}  // namespace
+
+void skip_launches_for_host_timing(bool skip) { skip_launches.store(skip, std::memory_order_relaxed); }
+bool launches_skipped() { return skip_launches.load(std::memory_order_relaxed); }
 
 bool dependent_launch_available() { return dependent_launch_enabled(reinterpret_cast<const void*>(&dependent_launch_probe)); }
 

@@ -55,6 +55,7 @@ void launch_dependent_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 blo
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = n;
+  if (launches_skipped()) return;
   FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 

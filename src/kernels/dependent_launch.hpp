@@ -12,4 +12,11 @@ bool dependent_launch_enabled(const void* kernel);
 // The same for fp4moe's kernels on the current device (asked of a probe kernel built like them).
 bool dependent_launch_available();
 
+// For bench_host_overhead only: while set, every fp4moe launch is prepared and
+// checked as always but not handed to the driver, so that the host work of a
+// forward can be timed apart from the driver's own cost per launch. Results
+// are then meaningless; nothing in the library sets it.
+void skip_launches_for_host_timing(bool skip);
+bool launches_skipped();
+
 }  // namespace fp4moe::kernels

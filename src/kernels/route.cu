@@ -1,6 +1,8 @@
 // GPU router: one warp per token; the CPU reference's rule and arithmetic
 // (src/reference/router_math.hpp), so the choice and the weights are bitwise
-// the same. Ties: higher score first, then lower expert id.
+// the same. Ties: higher score first, then lower expert id. At one token the
+// whole kernel is one warp's dependent chain: the top-k takes one redux.sync
+// pair per chosen expert, and the k weights are computed in k lanes at once.
 #include <cfloat>
 #include <climits>
 
@@ -31,17 +33,35 @@ __device__ __forceinline__ Candidate warp_best(Candidate c) {
   return c;
 }
 
+// An unsigned key in the order of a finite score, -0.0 equal to +0.0 as the
+// float compare has them, so that one redux.sync.max finds the warp's best
+// score; 0 is below every score (no candidate).
+__device__ __forceinline__ uint32_t score_key(float v) {
+  const uint32_t u = __float_as_uint(__fadd_rn(v, 0.0f));
+  return (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
+// The sum of lane j's v over j = 0..k-1 in that order, in every lane (a
+// fixed order, as the CPU reference sums).
+__device__ __forceinline__ float ordered_sum(float v, int k) {
+  float sum = 0.f;
+  for (int j = 0; j < k; ++j) sum = rm::fadd(sum, __shfl_sync(0xffffffffu, v, j));
+  return sum;
+}
+
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteArgs a) {
-  wait_for_prior_grid();
-  allow_dependent_grids();
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
-  if (t >= a.tokens) return;
   const int E = a.experts, k = a.top_k;
-  float* c = smem + warp * (2 * E + 32);  // choice score
-  float* s = c + E;                       // sigmoid score (the weights)
-  int* ids = reinterpret_cast<int*>(s + E);  // the chosen experts, slot order
+  float* c = smem + warp * (2 * E);  // choice score
+  float* s = c + E;                  // sigmoid score (the weights); the bias until then
+  // The bias is a weight, not the previous kernel's output: read before waiting for it.
+  if (a.bias && t < a.tokens)
+    for (int e = lane; e < E; e += 32) s[e] = a.bias[e];
+  wait_for_prior_grid();
+  allow_dependent_grids();
+  if (t >= a.tokens) return;
   const float* row = a.logits + t * E;
 
   bool bad = false;
@@ -50,8 +70,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteA
     if (!isfinite(l)) bad = true, l = 0.f;
     if (a.sigmoid) {
       const float sv = rm::sigmoidf_exact(l);
+      c[e] = a.bias ? rm::fadd(sv, s[e]) : sv;
       s[e] = sv;
-      c[e] = a.bias ? rm::fadd(sv, a.bias[e]) : sv;
     } else {
       c[e] = l;  // softmax is monotone: choose by logit
     }
@@ -60,8 +80,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteA
   __syncwarp();
 
   // Group-limited top-k: keep the topk_group groups with the best sum of their two best scores.
+  const bool grouped = a.sigmoid && a.n_group > 1;
   uint32_t group_ok = 0xffffffffu;
-  if (a.sigmoid && a.n_group > 1) {
+  if (grouped) {
     const int G = E / a.n_group;
     Candidate gs{-FLT_MAX, INT_MAX};
     if (lane < a.n_group) {
@@ -81,56 +102,61 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteA
     }
   }
 
-  // Top-k by choice score; each lane scans its experts e = lane + 32 i.
-  uint32_t taken = 0;
-#pragma unroll 1
-  for (int j = 0; j < k; ++j) {
-    Candidate mine{-INFINITY, INT_MAX};
+  // Top-k: each lane keeps the best of its remaining experts e = lane + 32 i;
+  // a round takes the warp's largest score key, the smallest id among equal
+  // ones (the reference's order), and only the lane it came from looks again.
+  uint32_t taken = 0, key = 0;
+  int id = INT_MAX;
+  auto lane_best = [&] {
+    key = 0, id = INT_MAX;
     for (int i = 0, e = lane; e < E; ++i, e += 32) {
       if ((taken >> i) & 1) continue;
-      if (a.n_group > 1 && a.sigmoid && !((group_ok >> (e / (E / a.n_group))) & 1)) continue;
-      const Candidate cand{c[e], e};
-      if (better(cand, mine)) mine = cand;
+      if (grouped && !((group_ok >> (e / (E / a.n_group))) & 1)) continue;
+      const uint32_t kv = score_key(c[e]);
+      if (kv > key) key = kv, id = e;  // strictly: the smaller id keeps a tie
     }
-    const Candidate w = warp_best(mine);
-    if (w.i % 32 == lane) taken |= 1u << (w.i / 32);
-    if (lane == 0) ids[j] = w.i;
+  };
+  lane_best();
+  int my_id = 0;  // lane j < k: the expert of slot j
+  for (int j = 0; j < k; ++j) {
+    const uint32_t best = __reduce_max_sync(0xffffffffu, key);
+    const int winner = int(__reduce_min_sync(0xffffffffu, key == best ? uint32_t(id) : 0xffffffffu));
+    if (lane == j) my_id = winner;
+    if (lane == winner % 32) {
+      taken |= 1u << (winner / 32);
+      lane_best();
+    }
   }
-  __syncwarp();
 
-  if (lane == 0) {
-    int32_t* out_ids = a.topk_ids + t * k;
-    float* out_w = a.topk_weights + t * k;
-    if (bad) {
-      for (int j = 0; j < k; ++j) out_ids[j] = j, out_w[j] = 0.f;
-      atomicOr(a.status, kStatusNonFiniteLogit);
-      return;
-    }
-    float sum = 0.f;
-    if (a.sigmoid) {
-      if (a.renormalize) {
-        for (int j = 0; j < k; ++j) sum = rm::fadd(sum, s[ids[j]]);
-        for (int j = 0; j < k; ++j) {
-          const float q = sum > 0.f ? rm::fdiv(s[ids[j]], sum) : 0.f;
-          out_w[j] = rm::fmul(q, a.routed_scaling_factor);
-        }
-      } else {
-        for (int j = 0; j < k; ++j) out_w[j] = rm::fmul(s[ids[j]], a.routed_scaling_factor);
-      }
-    } else {
-      const float m = c[ids[0]];  // the largest logit
-      if (a.renormalize) {
-        float ex[32];
-        for (int j = 0; j < k; ++j) ex[j] = rm::expf_exact(rm::fadd(c[ids[j]], -m)), sum = rm::fadd(sum, ex[j]);
-        for (int j = 0; j < k; ++j) out_w[j] = rm::fmul(rm::fdiv(ex[j], sum), a.routed_scaling_factor);
-      } else {
-        for (int e = 0; e < E; ++e) sum = rm::fadd(sum, rm::expf_exact(rm::fadd(c[e], -m)));
-        for (int j = 0; j < k; ++j)
-          out_w[j] = rm::fmul(rm::fdiv(rm::expf_exact(rm::fadd(c[ids[j]], -m)), sum), a.routed_scaling_factor);
-      }
-    }
-    for (int j = 0; j < k; ++j) out_ids[j] = ids[j];
+  int32_t* out_ids = a.topk_ids + t * k;
+  float* out_w = a.topk_weights + t * k;
+  if (bad) {
+    if (lane < k) out_ids[lane] = lane, out_w[lane] = 0.f;
+    if (lane == 0) atomicOr(a.status, kStatusNonFiniteLogit);
+    return;
   }
+  float w = 0.f;
+  if (a.sigmoid) {
+    const float sv = lane < k ? s[my_id] : 0.f;
+    if (a.renormalize) {
+      const float sum = ordered_sum(sv, k);
+      w = rm::fmul(sum > 0.f ? rm::fdiv(sv, sum) : 0.f, a.routed_scaling_factor);
+    } else {
+      w = rm::fmul(sv, a.routed_scaling_factor);
+    }
+  } else {
+    const float m = c[__shfl_sync(0xffffffffu, my_id, 0)];  // the largest logit
+    const float ex = lane < k ? rm::expf_exact(rm::fadd(c[my_id], -m)) : 0.f;
+    float sum;
+    if (a.renormalize) {
+      sum = ordered_sum(ex, k);
+    } else {  // over every expert, in id order
+      sum = 0.f;
+      for (int e = 0; e < E; ++e) sum = rm::fadd(sum, rm::expf_exact(rm::fadd(c[e], -m)));
+    }
+    w = rm::fmul(rm::fdiv(ex, sum), a.routed_scaling_factor);
+  }
+  if (lane < k) out_ids[lane] = my_id, out_w[lane] = w;
 }
 
 }  // namespace
@@ -143,7 +169,7 @@ void launch_route(const RouteArgs& a, cudaStream_t stream) {
   FP4MOE_CHECK(a.topk_group >= 1 && a.topk_group <= a.n_group, "route: topk_group = " << a.topk_group << " is outside 1..n_group");
   FP4MOE_CHECK(a.logits && a.topk_ids && a.topk_weights && a.status, "route: a device pointer is null");
   if (a.tokens == 0) return;
-  const size_t smem = size_t(kWarpsPerBlock) * (2 * a.experts + 32) * sizeof(float);
+  const size_t smem = size_t(kWarpsPerBlock) * (2 * a.experts) * sizeof(float);
   const int64_t blocks = (a.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
   launch_dependent(route_kernel, static_cast<unsigned>(blocks), kWarpsPerBlock * 32, smem, stream, a);
   FP4MOE_CHECK_LAUNCH("route_kernel");

@@ -6,7 +6,7 @@
 // The arithmetic is constexpr so that the runtime planner and compile-time
 // checks (tests/cutlass compares it with sizeof of CUTLASS's own types) use the
 // same code. Every term names the CUTLASS / TensorRT-LLM source it comes from;
-// docs/planner_cutlass.md works one configuration through by hand.
+// docs/planner.md works one configuration through by hand.
 //
 // Sources (line numbers are those of CUTLASS 4.5.0 as vendored by FlashInfer
 // 0.7.2, its current pin, unless stated):

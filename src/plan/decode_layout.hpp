@@ -115,7 +115,7 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     // of 8 (about 30 of a stage's 212 instructions are its wait, hand-back and cursor). Its
     // epilogue stages 16 tokens at a time (17 instead of 68 KB; 8 at a time spilled), so three
     // stages fit instead of two: with two, the ring ran dry behind each item's epilogue
-    // (1.02x to 1.04x in an interleaved A/B, bench/results/2026-11-30-session10-h200.md).
+    // (1.02x to 1.04x in an interleaved A/B, bench/results/2026-11-30-three-cta-tile-h200.md).
     {256, 64, 256, 1, 3, 1, true, true, 0, 1, 16},
     // Prefill with chunks of 136 in clusters of two N tiles sharing the activations (multicast):
     // 36.5 instead of 55 KB per stage from L2 per CTA.
@@ -197,7 +197,7 @@ struct DecodeSmemLayout {
   constexpr int64_t split_flag_offset(int stages) const { return row_index_offset(stages) + row_index_bytes(); }
   constexpr int64_t routed_rows_offset(int stages) const { return split_flag_offset(stages) + 4; }
 
-  // DESIGN.md section 4: stages = floor((capacity - epilogue - fixed) / per_stage),
+  // The planner's rule (docs/planner.md): stages = floor((capacity - epilogue - fixed) / per_stage),
   // capped at the tile's maximum and at K/bk + 1 (the loader runs at most one item ahead).
   // `capacity` is the per-block budget at the tile's occupancy target.
   constexpr int stages_for(int64_t capacity, int64_t k) const {

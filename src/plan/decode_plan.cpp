@@ -24,11 +24,46 @@ std::string decode_tile_name(int tile_index) {
   return os.str();
 }
 
+namespace {
+
+bool wgmma_switched_off() {
+  static const bool off = std::getenv("FP4MOE_DISABLE_WGMMA") != nullptr;
+  return off;
+}
+
+}  // namespace
+
+DecodeTileFit fit_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request) {
+  FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumDecodeTiles,
+               "decode tile index " << tile_index << " is outside 0.." << kNumDecodeTiles - 1);
+  const DecodeSmemLayout L = decode_layout(tile_index);
+  const DecodeTile& t = L.tile;
+  DecodeTileFit f;
+  f.capacity = budget.per_block_at(t.ctas_per_sm);
+  f.auto_stages = L.stages_for(f.capacity, k);
+  f.stages = stages_request > 0 ? stages_request : f.auto_stages;
+  f.smem_bytes = L.total_bytes(f.stages);
+  using Why = DecodeTileFit::Why;
+  if ((t.wgmma || t.warp_specialized) && budget.cc != 90) f.why = Why::needs_sm90;
+  else if (t.wgmma && wgmma_switched_off()) f.why = Why::wgmma_switched_off;
+  else if (n % t.bm != 0 || k % t.bk != 0) f.why = Why::does_not_divide;
+  else if ((n / t.bm) % t.cluster_n != 0) f.why = Why::odd_cluster_tiles;
+  else if (t.warp_specialized && (!weight_tma_geometry(1, n, k, t).valid() || !scale_tma_geometry(1, n, k, t).valid()))
+    f.why = Why::tensor_map;
+  else if (f.stages < DecodeSmemLayout::kMinStages) f.why = Why::too_few_stages;
+  else if (f.stages > t.max_stages || f.stages > k / t.bk + 1) f.why = Why::too_many_stages;
+  else if (f.smem_bytes > f.capacity) f.why = Why::over_capacity;
+  else f.why = Why::fits;
+  f.fits = f.why == Why::fits;
+  return f;
+}
+
 SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request) {
+  const DecodeTileFit f = fit_decode_tile(tile_index, n, k, budget, stages_request);
   const std::string name = decode_tile_name(tile_index);
   const DecodeSmemLayout L = decode_layout(tile_index);
   const DecodeTile& t = L.tile;
-  const int64_t capacity = budget.per_block_at(t.ctas_per_sm);
+  const int64_t capacity = f.capacity;
   SmemPlan p;
   p.kernel = "decode";
   p.config = name;
@@ -38,11 +73,11 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   p.max_stages = t.max_stages;
   p.threads = t.threads();
   p.ctas_per_sm = t.ctas_per_sm;
-  const int auto_stages = L.stages_for(capacity, k);
-  p.stages = stages_request > 0 ? stages_request : auto_stages;
-  p.smem_bytes = L.total_bytes(p.stages);
+  const int auto_stages = f.auto_stages;
+  p.stages = f.stages;
+  p.smem_bytes = f.smem_bytes;
   p.headroom = capacity - p.smem_bytes;
-
+  p.fits = f.fits;
   const std::string xs = " x " + std::to_string(p.stages) + " stages";
   p.terms = {
       {"weights (FP4)", L.weight_bytes_per_stage() * p.stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 2" + xs},
@@ -78,76 +113,66 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   };
 
   std::ostringstream why;
+  using Why = DecodeTileFit::Why;
   if (capacity < budget.optin_per_block)
     why << "occupancy target " << t.ctas_per_sm << " CTAs/SM: per-block budget " << budget.per_sm << " / "
         << t.ctas_per_sm << " - " << budget.reserved_per_block << " = " << capacity << " of the "
         << budget.optin_per_block << " opt-in; ";
-  if ((t.wgmma || t.warp_specialized) && (budget.cc != 90 || (t.wgmma && std::getenv("FP4MOE_DISABLE_WGMMA")))) {
-    p.fits = false;
-    if (budget.cc != 90)
+  switch (f.why) {
+    case Why::needs_sm90:
       why << name << " uses Hopper " << (t.wgmma ? "warpgroup MMA" : "bulk copies and transaction mbarriers")
           << " (built for sm_90a only); the target is sm_" << budget.cc;
-    else why << name << ": warpgroup-MMA tiles are switched off by FP4MOE_DISABLE_WGMMA";
-    p.explanation = why.str();
-    return p;
-  }
-  if (n % t.bm != 0 || k % t.bk != 0) {
-    p.fits = false;
-    why << name << " does not divide the problem: N = " << n << " (tile " << t.bm << "), K = " << k << " (tile " << t.bk << ")";
-    p.explanation = why.str();
-    return p;
-  }
-  if ((n / t.bm) % t.cluster_n != 0) {
-    p.fits = false;
-    why << name << ": its clusters of " << t.cluster_n << " CTAs take adjacent N tiles of one token chunk, and N = " << n
-        << " has " << n / t.bm << " tiles of " << t.bm << " rows, not a multiple of " << t.cluster_n;
-    p.explanation = why.str();
-    return p;
-  }
-  if (t.warp_specialized && (!weight_tma_geometry(1, n, k, t).valid() || !scale_tma_geometry(1, n, k, t).valid())) {
-    p.fits = false;
-    why << name << ": its stage boxes of weights (" << t.bm / 16 << " row groups x " << t.bk * 8 << " bytes) or scales ("
-        << t.bk << " bytes) do not fit a tensor map of N = " << n << ", K = " << k;
-    p.explanation = why.str();
-    return p;
-  }
-  if (p.stages < p.min_stages) {
-    p.fits = false;
-    why << name << ": " << p.stages << " stage(s) of " << p.per_stage << " bytes fit in " << capacity
-        << " bytes after the epilogue (" << L.epilogue_bytes() << ") and scheduler (" << L.scheduler_bytes()
-        << "); the kernel needs at least " << p.min_stages;
-    const int64_t need = L.total_bytes(p.min_stages);
-    p.suggestions.push_back(std::to_string(p.min_stages) + " stages need " + std::to_string(need) + " bytes, " +
-                            std::to_string(need - capacity) + " more than this budget");
-    for (int c = t.ctas_per_sm - 1; c >= 1; --c)
-      if (budget.per_block_at(c) >= need) {
-        p.suggestions.push_back("an occupancy target of " + std::to_string(c) + " CTA(s)/SM gives " +
-                                std::to_string(budget.per_block_at(c)) + " bytes per block: " +
-                                std::to_string(L.stages_for(budget.per_block_at(c), k)) + " stages fit");
-        break;
+      break;
+    case Why::wgmma_switched_off: why << name << ": warpgroup-MMA tiles are switched off by FP4MOE_DISABLE_WGMMA"; break;
+    case Why::does_not_divide:
+      why << name << " does not divide the problem: N = " << n << " (tile " << t.bm << "), K = " << k << " (tile " << t.bk << ")";
+      break;
+    case Why::odd_cluster_tiles:
+      why << name << ": its clusters of " << t.cluster_n << " CTAs take adjacent N tiles of one token chunk, and N = " << n
+          << " has " << n / t.bm << " tiles of " << t.bm << " rows, not a multiple of " << t.cluster_n;
+      break;
+    case Why::tensor_map:
+      why << name << ": its stage boxes of weights (" << t.bm / 16 << " row groups x " << t.bk * 8 << " bytes) or scales ("
+          << t.bk << " bytes) do not fit a tensor map of N = " << n << ", K = " << k;
+      break;
+    case Why::too_few_stages: {
+      why << name << ": " << p.stages << " stage(s) of " << p.per_stage << " bytes fit in " << capacity
+          << " bytes after the epilogue (" << L.epilogue_bytes() << ") and scheduler (" << L.scheduler_bytes()
+          << "); the kernel needs at least " << p.min_stages;
+      const int64_t need = L.total_bytes(p.min_stages);
+      p.suggestions.push_back(std::to_string(p.min_stages) + " stages need " + std::to_string(need) + " bytes, " +
+                              std::to_string(need - capacity) + " more than this budget");
+      for (int c = t.ctas_per_sm - 1; c >= 1; --c)
+        if (budget.per_block_at(c) >= need) {
+          p.suggestions.push_back("an occupancy target of " + std::to_string(c) + " CTA(s)/SM gives " +
+                                  std::to_string(budget.per_block_at(c)) + " bytes per block: " +
+                                  std::to_string(L.stages_for(budget.per_block_at(c), k)) + " stages fit");
+          break;
+        }
+      for (int i = 0; i < kNumDecodeTiles; ++i) {
+        const DecodeTile& o = kDecodeTiles[i];
+        if (o.nt == t.nt && o.bk < t.bk && decode_layout(i).total_bytes(p.min_stages) <= budget.per_block_at(o.ctas_per_sm)) {
+          p.suggestions.push_back("tile " + decode_tile_name(i) + " (K stage " + std::to_string(o.bk) + ") fits");
+          break;
+        }
       }
-    for (int i = 0; i < kNumDecodeTiles; ++i) {
-      const DecodeTile& o = kDecodeTiles[i];
-      if (o.nt == t.nt && o.bk < t.bk && decode_layout(i).total_bytes(p.min_stages) <= budget.per_block_at(o.ctas_per_sm)) {
-        p.suggestions.push_back("tile " + decode_tile_name(i) + " (K stage " + std::to_string(o.bk) + ") fits");
-        break;
-      }
+      break;
     }
-  } else if (p.stages > p.max_stages || p.stages > k / t.bk + 1) {
-    p.fits = false;
-    why << name << ": " << p.stages << " stages requested, the kernel supports at most " << p.max_stages
-        << " and K/bk + 1 = " << k / t.bk + 1;
-  } else if (p.smem_bytes > capacity) {
-    p.fits = false;
-    why << name << " with " << p.stages << " stages needs " << p.smem_bytes << " bytes; the limit is " << capacity
-        << ": launch refused";
-    p.suggestions.push_back(std::to_string(auto_stages) + " stages (" + std::to_string(L.total_bytes(auto_stages)) +
-                            " bytes) fit");
-  } else {
-    p.fits = true;
-    why << name << ": " << p.stages << " stages x " << p.per_stage << " + epilogue " << L.epilogue_bytes()
-        << " + scheduler " << L.scheduler_bytes() << " = " << p.smem_bytes << " of " << capacity << " bytes, "
-        << p.headroom << " spare";
+    case Why::too_many_stages:
+      why << name << ": " << p.stages << " stages requested, the kernel supports at most " << p.max_stages
+          << " and K/bk + 1 = " << k / t.bk + 1;
+      break;
+    case Why::over_capacity:
+      why << name << " with " << p.stages << " stages needs " << p.smem_bytes << " bytes; the limit is " << capacity
+          << ": launch refused";
+      p.suggestions.push_back(std::to_string(auto_stages) + " stages (" + std::to_string(L.total_bytes(auto_stages)) +
+                              " bytes) fit");
+      break;
+    case Why::fits:
+      why << name << ": " << p.stages << " stages x " << p.per_stage << " + epilogue " << L.epilogue_bytes()
+          << " + scheduler " << L.scheduler_bytes() << " = " << p.smem_bytes << " of " << capacity << " bytes, "
+          << p.headroom << " spare";
+      break;
   }
   p.explanation = why.str();
   return p;
@@ -171,7 +196,7 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // below ~24 tokens per expert those with mma.sync consumers; from ~24 the
   // warpgroup-MMA tiles, 64-token bm256 (four consumer warpgroups) to ~48 (with
   // stages of 256 k where K allows: 1.02x to 1.07x over 128 k at 16 and 32 tokens
-  // per expert in an interleaved A/B, bench/results/2026-11-30-session9-h200.md), then
+  // per expert in an interleaved A/B, bench/results/2026-11-30-cluster-tile-h200.md), then
   // the 128-token tile with the most weight rows per activation byte; from
   // ~112 its variant whose last chunk per expert takes up to 16 more rows, from
   // ~192 the same with chunks of 136 (an interleaved A/B on GLM-5 shapes: 1.02x to
@@ -179,9 +204,9 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   // runs for chunks that 128 columns cover; bench/results/2026-11-30-ch136-h200.md).
   // Under half an item of 256 rows per SM (a single expert, the shared one, at a few
   // hundred tokens): the 128-row tile, which splits K. The tuner chose it there
-  // (bench/results/2026-11-30-session8-h200.md: 3.0x and 1.7x over the nt144 tile
+  // (bench/results/2026-11-30-chunk136-bench-h200.md: 3.0x and 1.7x over the nt144 tile
   // for 16 and 64 items) but not at 96 to 128 items.
-  if (capacity.cc == 90 && tokens_per_expert >= 24 && !std::getenv("FP4MOE_DISABLE_WGMMA")) {
+  if (capacity.cc == 90 && tokens_per_expert >= 24 && !wgmma_switched_off()) {
     const int64_t rows = int64_t(std::ceil(tokens_per_expert));
     const double items_of_256_rows = double(active_experts) * double(token_chunks(rows, 128, 144)) * double((n + 255) / 256);
     const bool few_items = 2 * items_of_256_rows < sm_count;
@@ -196,7 +221,7 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
         const DecodeTile& t = kDecodeTiles[i];
         if (t.warp_specialized && t.wgmma && t.bm == want.bm && t.nt == want.nt && t.chunk() == want.chunk &&
             t.warp_m_tiles == want.warp_m_tiles && t.bk == want.bk && t.cluster_n == 1 &&
-            plan_decode_tile(i, n, k, capacity).fits)
+            fit_decode_tile(i, n, k, capacity).fits)
           return i;
       }
     }
@@ -205,7 +230,7 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   int best = -1;
   double best_score = -1e300;
   for (int i = 0; i < kNumDecodeTiles; ++i) {
-    const SmemPlan p = plan_decode_tile(i, n, k, capacity);
+    const DecodeTileFit p = fit_decode_tile(i, n, k, capacity);
     if (!p.fits) continue;
     const DecodeTile& t = kDecodeTiles[i];
     if (t.wgmma) continue;  // below ~24 tokens per expert only the tuner picks warpgroup-MMA tiles
@@ -215,7 +240,7 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
     // Warp-specialized tiles: more than 16 math warps per SM (three CTAs of 8) paid below half a
     // token per expert over many rounds (GLM-5 at T = 8, 57 experts of mostly one token: 1.02x to
     // 1.06x), not at 1 or 4 tokens per expert (up to 1.2x slower)
-    // (bench/results/2026-11-30-session10-h200.md).
+    // (bench/results/2026-11-30-three-cta-tile-h200.md).
     const int warps_counted = t.warp_specialized && !(tokens_per_expert < 0.5 && rounds > 2) ? 16 : 24;
     double score = (t.nt == want_nt ? 1000.0 : -std::abs(std::log2(double(t.nt) / want_nt)) * 100.0) +
                    std::min(t.ctas_per_sm * t.warps(), warps_counted) * 4.0 + std::min(p.stages, 5) + t.bk / 256.0;

@@ -11,9 +11,22 @@ namespace fp4moe::plan {
 
 std::string decode_tile_name(int tile_index);
 
-// Plan tile `tile_index` for a [N, K] weight on a target with `capacity` bytes
-// of opt-in shared memory. stages_request 0 lets the planner choose
-// (DESIGN.md section 4); a positive value is checked as given.
+// The planner's verdict alone, without the text: whether tile `tile_index`
+// fits a [N, K] weight on `budget`, with how many stages (stages_request 0:
+// the planner's stage rule, docs/planner.md; a positive value is checked as
+// given). Every launch checks this; plan_decode_tile explains it.
+struct DecodeTileFit {
+  enum class Why { fits, needs_sm90, wgmma_switched_off, does_not_divide, odd_cluster_tiles, tensor_map, too_few_stages,
+                   too_many_stages, over_capacity };
+  Why why = Why::fits;
+  bool fits = false;
+  int stages = 0, auto_stages = 0;
+  int64_t smem_bytes = 0, capacity = 0;
+};
+DecodeTileFit fit_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request = 0);
+
+// The verdict with every shared-memory term and the explanation, for the CLI,
+// describe() and errors.
 // A shape the tile cannot divide is a verdict (fits = false), not an error;
 // a tile index outside the list is an fp4moe::Error.
 SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request = 0);

@@ -21,36 +21,53 @@ SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_
                "split-K plan: tile index " << tile_index << " is outside 0.." << kNumDecodeTiles - 1);
   const DecodeTile& t = kDecodeTiles[tile_index];
   SplitKPlan p;
-  const int64_t items = expected_chunks * (n / t.bm), R = resident_ctas;
+  p.tile = tile_index;
+  p.items = expected_chunks * (n / t.bm);
+  p.resident = resident_ctas;
+  const int64_t R = resident_ctas;
   auto balance = [&](int s) {
-    const int64_t units = items * s, rounds = (units + R - 1) / R;
+    const int64_t units = p.items * s, rounds = (units + R - 1) / R;
     return double(units) / double(rounds * R);
   };
-  std::ostringstream why;
-  if (!t.splits_k() || items <= 0 || R <= 0 || t.bk <= 0) {
-    p.explanation = !t.splits_k() ? "tile " + decode_tile_name(tile_index) + " does not split K" : "no work items";
+  if (!t.splits_k()) {
+    p.why = SplitKPlan::Why::tile_does_not_split;
     return p;
   }
-  p.balance = balance(1);
-  why << items << " items on " << R << " resident CTAs: balance " << p.balance;
-  if (p.balance >= kSplitBelowBalance) {
-    p.explanation = why.str() + ", not split";
-    return p;
-  }
-  const int64_t slots = SplitKWorkspace::slots(t, workspace_bytes);
+  if (p.items <= 0 || R <= 0 || t.bk <= 0) return p;
+  p.balance = p.unsplit_balance = balance(1);
+  p.why = SplitKPlan::Why::balanced;
+  if (p.balance >= kSplitBelowBalance) return p;
+  p.slots = SplitKWorkspace::slots(t, workspace_bytes);
   const int max_splits = static_cast<int>(std::min<int64_t>(kMaxKSplits, k / t.bk));
   double best = p.balance;
   for (int s = 2; s <= max_splits; ++s) {
-    if (items > SplitKWorkspace::kCounters || items * s > slots) {
-      why << "; " << s << " splits need " << items * s << " slots, the workspace has " << slots;
+    if (p.items > SplitKWorkspace::kCounters || p.items * s > p.slots) {
+      p.workspace_stops_at = s;
       break;
     }
     const double score = balance(s) - 0.02 * (s - 1);
     if (score > best + 1e-9) best = score, p.splits = s, p.balance = balance(s);
   }
-  if (p.splits > 1) why << "; " << p.splits << " splits: balance " << p.balance;
-  p.explanation = why.str();
+  if (p.splits > 1) p.why = SplitKPlan::Why::planned;
   return p;
+}
+
+std::string SplitKPlan::explanation() const {
+  std::ostringstream os;
+  switch (why) {
+    case Why::tile_does_not_split: return "tile " + decode_tile_name(tile) + " does not split K";
+    case Why::no_workspace: return "no split-K workspace";
+    case Why::no_items: return "no work items";
+    case Why::given: return "k_splits = " + std::to_string(splits) + " as given";
+    case Why::balanced:
+    case Why::planned: break;
+  }
+  os << items << " items on " << resident << " resident CTAs: balance " << unsplit_balance;
+  if (unsplit_balance >= kSplitBelowBalance) return os.str() + ", not split";
+  if (workspace_stops_at > 0)
+    os << "; " << workspace_stops_at << " splits need " << items * workspace_stops_at << " slots, the workspace has " << slots;
+  if (splits > 1) os << "; " << splits << " splits: balance " << balance;
+  return os.str();
 }
 
 }  // namespace fp4moe::plan

@@ -35,10 +35,18 @@ inline constexpr int64_t kSplitKWorkspaceBytes = int64_t(16) << 20;
 // token_chunks(rows, chunk, max_rows) cuts it (a tile's chunk() and nt).
 int64_t expected_token_chunks(int64_t permuted_rows, int64_t num_experts, int chunk, int max_rows);
 
+// The numbers behind the split; explanation() makes the text only when asked
+// (the launch path needs none: a forward builds no strings).
 struct SplitKPlan {
+  enum class Why { tile_does_not_split, no_workspace, no_items, balanced, planned, given };
+  Why why = Why::no_items;
+  int tile = -1;
   int splits = 1;
   double balance = 1;  // work units over (rounds x resident CTAs): 1 = every CTA equally busy
-  std::string explanation;
+  double unsplit_balance = 1;
+  int64_t items = 0, resident = 0, slots = 0;
+  int workspace_stops_at = 0;  // the first split count the workspace could not hold (0: none)
+  std::string explanation() const;
 };
 
 // Items are split only where more than half of the resident CTAs would idle:

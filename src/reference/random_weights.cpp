@@ -2,6 +2,7 @@
 // stream derived from (seed, expert, projection), and values are built from
 // raw 64-bit draws with plain arithmetic, so the weights are the same for a
 // given seed on every platform and for any thread count.
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -59,19 +60,23 @@ Fp4Matrix random_matrix_direct(Fp4Format format, int64_t rows, int64_t cols, std
   m.cols = cols;
   m.packed.resize(static_cast<size_t>(rows * cols / 2));
   m.scales.resize(static_cast<size_t>(rows * m.scale_cols()));
-  // P(magnitude code 0..7) of a standard normal block scaled so its max is ~6.
-  static constexpr uint32_t kCdf[8] = {9830, 26214, 39321, 49152, 55705, 61603, 64880, 65536};
-  for (size_t i = 0; i < m.packed.size(); i += 4) {
-    uint64_t b = g();
-    uint8_t out[4];
-    for (int j = 0; j < 8; ++j, b >>= 8) {
-      const uint32_t u = static_cast<uint32_t>(b & 0x7F) << 9;  // 7 random bits for the magnitude
+  // One random byte per code: 7 bits pick the magnitude by P(magnitude code 0..7)
+  // of a standard normal block scaled so its max is ~6, the top bit the sign.
+  static const std::array<uint8_t, 256> kCode = [] {
+    static constexpr uint32_t kCdf[8] = {9830, 26214, 39321, 49152, 55705, 61603, 64880, 65536};
+    std::array<uint8_t, 256> t{};
+    for (uint32_t b = 0; b < 256; ++b) {
+      const uint32_t u = (b & 0x7F) << 9;
       uint8_t mag = 0;
       while (mag < 7 && u >= kCdf[mag]) ++mag;
-      const uint8_t code = static_cast<uint8_t>(mag | ((b & 0x80) ? 8 : 0));
-      if (j % 2 == 0) out[j / 2] = code; else out[j / 2] |= static_cast<uint8_t>(code << 4);
+      t[b] = static_cast<uint8_t>(mag | ((b & 0x80) ? 8 : 0));
     }
-    for (int j = 0; j < 4 && i + j < m.packed.size(); ++j) m.packed[i + size_t(j)] = out[j];
+    return t;
+  }();
+  for (size_t i = 0; i < m.packed.size(); i += 4) {
+    const uint64_t b = g();
+    for (int j = 0; j < 4 && i + size_t(j) < m.packed.size(); ++j)
+      m.packed[i + size_t(j)] = static_cast<uint8_t>(kCode[(b >> (16 * j)) & 0xFF] | kCode[(b >> (16 * j + 8)) & 0xFF] << 4);
   }
   const double scale_typ = 1.0;
   for (auto& sc : m.scales)

@@ -1,4 +1,4 @@
-// The layer benchmark behind `fp4moe bench` (DESIGN.md section 7): ceilings of
+// The layer benchmark behind `fp4moe bench` (docs/benchmarks.md): ceilings of
 // this run, then per token count the layer and each GEMM (median, min, max),
 // bytes, FLOPs and the roofline floor, and the cuBLAS bf16 per-expert peer on
 // the same routing. The PyTorch peers are added by bench/peers.py.

@@ -119,6 +119,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
   m.cache->save();
+  m.forget_forward_plans();
   return rows;
 }
 

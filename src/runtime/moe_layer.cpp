@@ -10,6 +10,7 @@
 #include "format/prepare_decode.hpp"
 #include "fp4moe/error.hpp"
 #include "kernels/decode_grouped_gemm.hpp"
+#include "kernels/dependent_launch.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "plan/decode_plan.hpp"
 #include "plan/split_k.hpp"
@@ -103,6 +104,7 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
     FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(m.blas, m.blas_workspace.get(), m.blas_workspace.bytes()));
   }
   m.finalize = opts.deterministic || opts.finalize == FinalizeMode::automatic ? FinalizeMode::split : opts.finalize;
+  m.forward_plans.resize(size_t(opts.max_tokens + 1));
 
   const int64_t T = opts.max_tokens, P = m.max_pairs(), H = cfg.hidden;
   m.topk_ids.resize(size_t(P));
@@ -218,27 +220,21 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   mark("route");
   m.permute(stream, tokens);
   mark("permute");
-  // Host-side estimates for the tile choice (no device read): pairs per expert, active experts.
-  const double per_expert = double(P) / double(c.num_experts);
-  const int64_t active = std::min<int64_t>(c.num_experts, P);
+  const ForwardPlan& plan = m.forward_plan(tokens);
   using kernels::DecodeEpilogue;
-  m.gemm(m.routed->w13, hidden, m.permuted_token.get(), P, m.offsets.get(), DecodeEpilogue::swiglu, m.a2.get(),
-         per_expert, active, stream);
+  m.launch_gemm(plan.gemm1, m.routed->w13, hidden, m.permuted_token.get(), P, m.offsets.get(), DecodeEpilogue::swiglu,
+                m.a2.get(), stream);
   mark("gemm1");
-  if (m.finalize == FinalizeMode::split) {
-    m.gemm(m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), DecodeEpilogue::store, m.y2.get(), per_expert, active,
-           stream);
-  } else {
+  if (m.finalize != FinalizeMode::split && !kernels::launches_skipped())
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.accumulate.get(), 0, size_t(tokens * c.hidden) * sizeof(float), stream));
-    m.gemm(m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), DecodeEpilogue::scatter_add, nullptr, per_expert,
-           active, stream);
-  }
+  m.launch_gemm(plan.gemm2, m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), m.gemm2_epilogue(),
+                m.finalize == FinalizeMode::split ? m.y2.get() : nullptr, stream);
   mark("gemm2");
   if (m.shared) {
-    m.gemm(m.shared->w13, hidden, nullptr, tokens, m.dense_offsets.get(), DecodeEpilogue::swiglu, m.shared_a2.get(),
-           double(tokens), 1, stream);
-    m.gemm(m.shared->w2, m.shared_a2.get(), nullptr, tokens, m.dense_offsets.get(), DecodeEpilogue::store,
-           m.shared_y.get(), double(tokens), 1, stream);
+    m.launch_gemm(plan.shared_gemm1, m.shared->w13, hidden, nullptr, tokens, m.dense_offsets.get(), DecodeEpilogue::swiglu,
+                  m.shared_a2.get(), stream);
+    m.launch_gemm(plan.shared_gemm2, m.shared->w2, m.shared_a2.get(), nullptr, tokens, m.dense_offsets.get(),
+                  DecodeEpilogue::store, m.shared_y.get(), stream);
     mark("shared");
   }
   kernels::FinalizeArgs f;
@@ -285,8 +281,8 @@ int64_t MoeLayer::workspace_bytes() const {
 std::string MoeLayer::describe(int64_t tokens) const {
   const Impl& m = *impl_;
   const int64_t P = tokens * m.cfg.top_k;
-  const double per_expert = double(P) / double(m.cfg.num_experts);
-  const int64_t active = std::min<int64_t>(m.cfg.num_experts, P);
+  const double per_expert = m.pairs_per_expert(tokens);
+  const int64_t active = m.active_experts(tokens);
   std::ostringstream os;
   using kernels::DecodeEpilogue;
   auto line = [&](const char* what, const DeviceProjection& w, double tpe, int64_t act, int64_t rows, DecodeEpilogue epi) {
@@ -297,14 +293,13 @@ std::string MoeLayer::describe(int64_t tokens) const {
        << " stages, " << p.smem_bytes << " bytes of shared memory";
     const kernels::DecodeGemmArgs a = m.gemm_args(w, nullptr, nullptr, rows, nullptr, epi, nullptr);
     const plan::SplitKPlan sk = kernels::decode_launch_k_splits(a, {c.tile, c.stages, 0, 0});
-    if (sk.splits > 1) os << ", K split " << sk.splits << " ways (" << sk.explanation << ")";
+    if (sk.splits > 1) os << ", K split " << sk.splits << " ways (" << sk.explanation() << ")";
     os << "\n";
   };
   if (!m.cache_notice.empty()) os << m.cache_notice << "\n";
   const bool split = m.finalize == FinalizeMode::split;
   line("GEMM1 + SwiGLU", m.routed->w13, per_expert, active, P, DecodeEpilogue::swiglu);
-  line(split ? "GEMM2 (split finalize)" : "GEMM2 (fused finalize)", m.routed->w2, per_expert, active, P,
-       split ? DecodeEpilogue::store : DecodeEpilogue::scatter_add);
+  line(split ? "GEMM2 (split finalize)" : "GEMM2 (fused finalize)", m.routed->w2, per_expert, active, P, m.gemm2_epilogue());
   if (m.shared) {
     line("shared GEMM1 + SwiGLU", m.shared->w13, double(tokens), 1, tokens, DecodeEpilogue::swiglu);
     line("shared GEMM2", m.shared->w2, double(tokens), 1, tokens, DecodeEpilogue::store);

@@ -3,9 +3,11 @@
 #pragma once
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "format/prepare_decode.hpp"
 #include "fp4moe/layer.hpp"
@@ -41,6 +43,13 @@ struct TileChoice {
   bool tuned = false;  // from the tune cache; otherwise the planner's ranking
 };
 
+// The tiles one forward of a given token count runs. Choosing them (the tune
+// cache's lookup, the planner's ranking of every tile) is done once per token
+// count, on first use, so that a forward's host work is a lookup and the launches.
+struct ForwardPlan {
+  TileChoice gemm1, gemm2, shared_gemm1, shared_gemm2;
+};
+
 struct MoeLayer::Impl {
   MoeConfig cfg;
   LayerOptions opts;
@@ -69,7 +78,34 @@ struct MoeLayer::Impl {
     if (blas) cublasDestroy(blas);
   }
 
+  std::vector<std::optional<ForwardPlan>> forward_plans;  // [max_tokens + 1], filled on first use
+
   int64_t max_pairs() const { return opts.max_tokens * cfg.top_k; }
+
+  kernels::DecodeEpilogue gemm2_epilogue() const {
+    return finalize == FinalizeMode::split ? kernels::DecodeEpilogue::store : kernels::DecodeEpilogue::scatter_add;
+  }
+  // Routed rows per expert and active experts of a forward: host estimates (no device read).
+  double pairs_per_expert(int64_t tokens) const { return double(tokens * cfg.top_k) / double(cfg.num_experts); }
+  int64_t active_experts(int64_t tokens) const { return std::min<int64_t>(cfg.num_experts, tokens * cfg.top_k); }
+
+  const ForwardPlan& forward_plan(int64_t tokens) {
+    std::optional<ForwardPlan>& p = forward_plans[size_t(tokens)];
+    if (!p) {
+      using kernels::DecodeEpilogue;
+      ForwardPlan f;
+      f.gemm1 = choose_tile(routed->w13, pairs_per_expert(tokens), active_experts(tokens), DecodeEpilogue::swiglu);
+      f.gemm2 = choose_tile(routed->w2, pairs_per_expert(tokens), active_experts(tokens), gemm2_epilogue());
+      if (shared) {
+        f.shared_gemm1 = choose_tile(shared->w13, double(tokens), 1, DecodeEpilogue::swiglu);
+        f.shared_gemm2 = choose_tile(shared->w2, double(tokens), 1, DecodeEpilogue::store);
+      }
+      p = f;
+    }
+    return *p;
+  }
+  // After tuning: the next forwards choose again.
+  void forget_forward_plans() { forward_plans.assign(forward_plans.size(), std::nullopt); }
 
   // A measurement holds for the epilogue it ran with (GEMM2's depends on the
   // finalize mode) and with or without the split-K workspace.
@@ -89,7 +125,7 @@ struct MoeLayer::Impl {
       if (const auto e = cache->find(tune_key(w, tokens_per_expert, epi))) {
         for (int i = 0; i < plan::kNumDecodeTiles; ++i) {
           if (plan::decode_tile_name(i) != e->tile) continue;
-          const plan::SmemPlan p = plan::plan_decode_tile(i, w.n, w.k, budget);
+          const plan::DecodeTileFit p = plan::fit_decode_tile(i, w.n, w.k, budget);
           if (p.fits) return {i, p.stages, true};
         }
       }
@@ -97,7 +133,7 @@ struct MoeLayer::Impl {
     c.tile = plan::rank_decode_tiles(w.n, w.k, budget, tokens_per_expert, active, sm_count);
     FP4MOE_CHECK(c.tile >= 0, "no decode tile fits N = " << w.n << ", K = " << w.k << " on this GPU: "
                                                          << plan::plan_decode_tile(0, w.n, w.k, budget).explanation);
-    c.stages = plan::plan_decode_tile(c.tile, w.n, w.k, budget).stages;
+    c.stages = plan::fit_decode_tile(c.tile, w.n, w.k, budget).stages;
     return c;
   }
 
@@ -178,11 +214,6 @@ struct MoeLayer::Impl {
     kernels::DecodeGemmArgs a = gemm_args(w, x, gather, rows, offs, epi, y);
     if (gather && int64_t(x_permuted.size()) >= rows * w.k) a.gather_workspace = x_permuted.get();
     kernels::launch_decode_grouped_gemm(a, {c.tile, c.stages, 0, 0}, stream);
-  }
-
-  void gemm(const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather, int64_t rows, const int32_t* offs,
-            kernels::DecodeEpilogue epi, __nv_bfloat16* y, double tokens_per_expert, int64_t active, cudaStream_t stream) {
-    launch_gemm(choose_tile(w, tokens_per_expert, active, epi), w, x, gather, rows, offs, epi, y, stream);
   }
 };
 

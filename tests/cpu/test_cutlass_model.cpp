@@ -92,7 +92,7 @@ TEST(CutlassModel, Finalize128x256x128SwapFits) {
   EXPECT_TRUE(r.fits);
 }
 
-// ---- every term of the headline case [pin], worked by hand in docs/planner_cutlass.md ----
+// ---- every term of the headline case [pin], worked by hand in docs/planner.md ----
 
 TEST(CutlassModel, HeadlineTermsMatchCutlassTypes) {
   const Model m = model(cfg(128, 256, 128, kFin));

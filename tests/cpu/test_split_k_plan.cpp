@@ -31,14 +31,14 @@ TEST(SplitKPlan, SplitsWhereFewItemsLeaveSmsIdle) {
   const int sync256 = tile_named("bm256_nt8_bk256_mt1_c1_ws_sync"), sync128 = tile_named("bm128_nt8_bk256_mt1_c2_ws_sync");
   // the shared expert's GEMM1 at one token: 32 items of bm128 on 264 CTAs -> 8 parts (256 units)
   SplitKPlan p = plan_k_splits(sync128, 4096, 6144, 1, 264, kSplitKWorkspaceBytes);
-  EXPECT_EQ(p.splits, 8) << p.explanation;
+  EXPECT_EQ(p.splits, 8) << p.explanation();
   EXPECT_NEAR(p.balance, 256.0 / 264.0, 1e-9);
   // 40 items on 132 CTAs (balance 0.30): 3 parts, 120 units, beat 6 (240 units, balance 0.91) after the 2% per part
   p = plan_k_splits(sync256, 512, 2048, 20, 132, kSplitKWorkspaceBytes);
-  EXPECT_EQ(p.splits, 3) << p.explanation;
+  EXPECT_EQ(p.splits, 3) << p.explanation();
   // K = 512 has two bk256 stages: at most two parts
   p = plan_k_splits(sync128, 4096, 512, 1, 264, kSplitKWorkspaceBytes);
-  EXPECT_EQ(p.splits, 2) << p.explanation;
+  EXPECT_EQ(p.splits, 2) << p.explanation();
 }
 
 TEST(SplitKPlan, NoSplitWhereItemsBalanceOrCannotSplit) {

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <numeric>
+#include <tuple>
 
 #include "format/prepare_decode.hpp"
 #include "fp4moe/reference.hpp"
+#include "gpu_reference.hpp"
 #include "gpu_test_util.hpp"
 #include "kernels/decode_grouped_gemm.hpp"
 #include "kernels/routing_kernels.hpp"
@@ -58,23 +61,48 @@ kernels::DecodeGemmArgs weights_and_rows(const DeviceBuffer<uint8_t>& w, const D
   return a;
 }
 
+// Above this many multiply-adds the GPU reference checks a case (the CPU's
+// took minutes on the prefill shapes); below it the CPU reference in double.
+constexpr double kCpuReferenceMacs = 1 << 27;
+
+// E experts of random [n, k] weights quantized in `format`, prepared and on the
+// device, made once per (format, shape, count, seed) in a run: the prefill
+// tests run every tile on the same large weights (fresh activations each time).
+struct ExpertSet {
+  std::vector<Fp4Matrix> experts;
+  DeviceBuffer<uint8_t> weights, scales;
+  DeviceBuffer<float> dequant_scale;
+  std::vector<std::unique_ptr<test::DeviceFp4Matrix>> device_experts;  // for the GPU reference
+};
+const ExpertSet& expert_set(Fp4Format format, int64_t n, int64_t k, int64_t E, uint64_t seed) {
+  static std::map<std::tuple<int, int64_t, int64_t, int64_t, uint64_t>, std::unique_ptr<ExpertSet>> sets;
+  std::unique_ptr<ExpertSet>& set = sets[{int(format), n, k, E, seed}];
+  if (set) return *set;
+  set = std::make_unique<ExpertSet>();
+  set->experts = test::random_fp4_matrices(format, E, n, k, seed, [](int64_t e) { return 0.02f * float(1 + e % 3); });
+  const PreparedExpertWeights prepared = prepare_decode_weights(set->experts);
+  set->weights.upload(prepared.weights);
+  set->scales.upload(prepared.scales);
+  set->dequant_scale.upload(prepared.dequant_scale);
+  for (const Fp4Matrix& m : set->experts) set->device_experts.push_back(std::make_unique<test::DeviceFp4Matrix>(m));
+  return *set;
+}
+
 // Expert e gets counts[e] rows; each row gathers a random token of X [T, K]
+// (weights from weight_seed when given: tests that run every tile on one shape
+// share them; the activations and the rows follow seed)
 // (or, contiguous, reads row p of X [P, K]).
 CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<int>& counts, int tile,
                     const plan::SmemBudget& capacity, uint64_t seed, Rows rows_mode = Rows::gathered,
-                    int64_t stop_at = -1, int k_splits = -1, bool behind_another = false) {
+                    int64_t stop_at = -1, int k_splits = -1, bool behind_another = false, uint64_t weight_seed = 0) {
   const int64_t E = static_cast<int64_t>(counts.size());
   const int64_t P = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const bool contiguous = rows_mode != Rows::gathered;
   const int64_t T = contiguous ? std::max<int64_t>(1, P) : std::max<int64_t>(1, P / 2 + 3);
   std::mt19937_64 rng(seed);
 
-  std::vector<Fp4Matrix> experts(static_cast<size_t>(E));
-  detail::parallel_for(E, [&](int64_t e) {
-    const test::Bf16Matrix w = test::random_bf16(n * k, seed * 1000 + e, 0.02f * float(1 + e % 3));
-    experts[size_t(e)] = quantize(format, w.values.data(), n, k);
-  });
-  const PreparedExpertWeights prepared = prepare_decode_weights(experts);
+  const ExpertSet& set = expert_set(format, n, k, E, weight_seed ? weight_seed : seed);
+  const std::vector<Fp4Matrix>& experts = set.experts;
   const test::Bf16Matrix x = test::random_bf16(T * k, seed + 7);
 
   std::vector<int32_t> offsets(size_t(E + 1), 0), gather(size_t(std::max<int64_t>(P, 1)));
@@ -83,13 +111,11 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   for (auto& g : gather) g = tok(rng);
   if (contiguous) std::iota(gather.begin(), gather.end(), 0);
 
-  DeviceBuffer<uint8_t> dw(prepared.weights), ds(prepared.scales);
-  DeviceBuffer<float> dgs(prepared.dequant_scale);
   DeviceBuffer<uint16_t> dx(x.bits), dy(size_t(std::max<int64_t>(P, 1) * n));
   DeviceBuffer<int32_t> doff(offsets), dgather(gather);
   dy.fill_bytes(0xFF);  // bf16 NaN: every element must be overwritten
 
-  kernels::DecodeGemmArgs args = weights_and_rows(dw, ds, dgs, format, E, n, k, dx);
+  kernels::DecodeGemmArgs args = weights_and_rows(set.weights, set.scales, set.dequant_scale, format, E, n, k, dx);
   args.gather = contiguous ? nullptr : dgather.get();
   args.permuted_rows = stop_at >= 0 ? stop_at : P;  // stop_at < P: a caller's P below expert_offsets[E]
   DeviceBuffer<uint16_t> workspace(size_t(std::max<int64_t>(P, 1) * k));
@@ -143,16 +169,24 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
     for (size_t i = size_t(plan::SplitKWorkspace::kCounters); i < ws.size(); ++i) r.slot_words_written += ws[i] != -1;
   }
 
-  // Reference, expert by expert over the gathered rows.
+  // Reference, expert by expert over the gathered rows: the CPU's in double, or
+  // for large problems the GPU's (tests/gpu/gpu_reference.hpp, checked against it).
   std::vector<float> ref(size_t(P * n)), got(size_t(P * n));
-  detail::parallel_for(E, [&](int64_t e) {
-    const int64_t rows = counts[size_t(e)];
-    if (!rows) return;
-    std::vector<float> xr(size_t(rows * k));
-    for (int64_t row = 0; row < rows; ++row)
-      std::copy_n(x.values.begin() + int64_t(gather[size_t(offsets[size_t(e)] + row)]) * k, k, xr.begin() + row * k);
-    expert_gemm_reference(experts[size_t(e)], xr.data(), rows, ref.data() + int64_t(offsets[size_t(e)]) * n);
-  });
+  if (double(P) * double(n) * double(k) > kCpuReferenceMacs) {
+    std::vector<const test::DeviceFp4Matrix*> on_device;
+    for (const auto& m : set.device_experts) on_device.push_back(m.get());
+    ref = test::grouped_gemm_reference_gpu(on_device, x.values, k, offsets, contiguous ? std::vector<int32_t>{} : gather);
+    ref.resize(size_t(P * n));
+  } else {
+    detail::parallel_for(E, [&](int64_t e) {
+      const int64_t rows = counts[size_t(e)];
+      if (!rows) return;
+      std::vector<float> xr(size_t(rows * k));
+      for (int64_t row = 0; row < rows; ++row)
+        std::copy_n(x.values.begin() + int64_t(gather[size_t(offsets[size_t(e)] + row)]) * k, k, xr.begin() + row * k);
+      expert_gemm_reference(experts[size_t(e)], xr.data(), rows, ref.data() + int64_t(offsets[size_t(e)]) * n);
+    });
+  }
   for (int64_t i = 0; i < P * n; ++i) got[size_t(i)] = bf16_to_float(ybits[size_t(i)]);
   if (stop_at >= 0) {  // rows before it are checked; rows from it on must keep the poison
     for (int64_t i = stop_at * n; i < P * n; ++i) r.written_past_stop += ybits[size_t(i)] != 0xFFFF;
@@ -197,7 +231,8 @@ TEST(GpuDecodeGemm, EveryTileEveryTokenCount) {
     }
     ++ran;
     for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4}) {
-      const CaseResult r = run_case(f, 256, 2048, kCounts, tile, device_capacity(), 11 + tile);
+      const CaseResult r = run_case(f, 256, 2048, kCounts, tile, device_capacity(), 11 + tile, Rows::gathered, -1, -1, false,
+                                    /*weight_seed=*/11);
       EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " " << to_string(f);
       EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " " << to_string(f);
       EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::decode_tile_name(tile) << " " << to_string(f);
@@ -205,7 +240,8 @@ TEST(GpuDecodeGemm, EveryTileEveryTokenCount) {
     }
     if (plan::kDecodeTiles[tile].warp_specialized)
     {
-      const CaseResult r = run_case(Fp4Format::nvfp4, 256, 2048, kCounts, tile, device_capacity(), 19 + tile, Rows::contiguous);
+      const CaseResult r = run_case(Fp4Format::nvfp4, 256, 2048, kCounts, tile, device_capacity(), 19 + tile, Rows::contiguous,
+                                    -1, -1, false, /*weight_seed=*/19);
       EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " contiguous rows";
       EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " contiguous rows";
       EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::decode_tile_name(tile) << " contiguous rows";
@@ -363,20 +399,23 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
     const bool prefill_tile = t.nt >= 64;
     for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4}) {
       if (f == Fp4Format::mxfp4 && !prefill_tile) continue;
-      const CaseResult r = run_case(f, n0, 2048, {65, 0, 100, 128, 129, 255, 256, 1000, 4096, 3, 168, 144, 145, 272, 273, 140, 280, 281}, tile, budget, 41 + tile);
+      const CaseResult r = run_case(f, n0, 2048, {65, 0, 100, 128, 129, 255, 256, 1000, 4096, 3, 168, 144, 145, 272, 273, 140, 280, 281}, tile, budget, 41 + tile,
+                                    Rows::gathered, -1, -1, false, /*weight_seed=*/41);
       EXPECT_EQ(r.unwritten, 0) << p.config;
       EXPECT_LT(r.rel_err, 1e-2) << p.config << " " << to_string(f);
       EXPECT_LT(r.worst_row_rel_err, 1e-2) << p.config << " " << to_string(f);
       std::printf("  %-30s %-5s rel err %.3e\n", p.config.c_str(), to_string(f), r.rel_err);
     }
     if (!prefill_tile) continue;
-    const CaseResult big = run_case(Fp4Format::nvfp4, 4096, 6144, {300, 0, 129}, tile, budget, 77);
+    const CaseResult big = run_case(Fp4Format::nvfp4, 4096, 6144, {300, 0, 129}, tile, budget, 77 + tile, Rows::gathered,
+                                    -1, -1, false, /*weight_seed=*/77);
     EXPECT_EQ(big.unwritten, 0) << p.config;
     EXPECT_LT(big.rel_err, 1e-2) << p.config << " N 4096 K 6144";
     EXPECT_LT(big.worst_row_rel_err, 1e-2) << p.config << " N 4096 K 6144";
     std::printf("  %-30s N 4096 K 6144 rel err %.3e\n", p.config.c_str(), big.rel_err);
     if (plan::kDecodeTiles[tile].warp_specialized) {
-      const CaseResult tma = run_case(Fp4Format::nvfp4, 6144, 2048, {257, 0, 1024, 65}, tile, budget, 78, Rows::contiguous);
+      const CaseResult tma = run_case(Fp4Format::nvfp4, 6144, 2048, {257, 0, 1024, 65}, tile, budget, 78 + tile,
+                                      Rows::contiguous, -1, -1, false, /*weight_seed=*/78);
       EXPECT_EQ(tma.unwritten, 0) << p.config;
       EXPECT_LT(tma.rel_err, 1e-2) << p.config << " N 6144 K 2048, contiguous rows";
       EXPECT_LT(tma.worst_row_rel_err, 1e-2) << p.config << " N 6144 K 2048, contiguous rows";
@@ -388,11 +427,10 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
   }
 }
 
-// The prefill tiles (128+ tokens, warp-specialized) at the decode issue's other
-// shapes: K = 7168, N = 2048 and 7168, ragged counts from 65 rows. One shape per
-// tile, in turn, so every shape runs on some tile; tiles in clusters take N =
-// K = 7168 (28 N tiles, 14 clusters). All 15 tile/shape pairs passed in session
-// 9, in 170 s: the CPU reference at these sizes is what costs.
+// The prefill tiles (128+ tokens, warp-specialized) at the other model shapes:
+// K = 7168, N = 2048 and 7168, ragged counts from 65 rows. One shape per tile,
+// in turn, so every shape runs on some tile; tiles in clusters take N = K =
+// 7168 (28 N tiles, 14 clusters).
 TEST(GpuDecodeGemm, PrefillTilesAtTheOtherModelShapes) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
@@ -407,7 +445,8 @@ TEST(GpuDecodeGemm, PrefillTilesAtTheOtherModelShapes) {
       const plan::SmemPlan p = plan::plan_decode_tile(tile, n, k, budget);
       if (!p.fits) continue;
       ++ran;
-      const CaseResult r = run_case(Fp4Format::nvfp4, n, k, {65, 0, 130, 281}, tile, budget, 5 + tile, Rows::contiguous);
+      const CaseResult r = run_case(Fp4Format::nvfp4, n, k, {65, 0, 130, 281}, tile, budget, 5 + tile, Rows::contiguous, -1,
+                                    -1, false, /*weight_seed=*/uint64_t(500 + n + k));
       EXPECT_EQ(r.unwritten, 0) << p.config << " N " << n << " K " << k;
       EXPECT_LT(r.rel_err, 1e-2) << p.config << " N " << n << " K " << k;
       EXPECT_LT(r.worst_row_rel_err, 1e-2) << p.config << " N " << n << " K " << k;

@@ -2,10 +2,12 @@
 // split finalize bitwise stable; a captured CUDA graph equals eager execution.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "fp4moe/layer.hpp"
 #include "fp4moe/reference.hpp"
+#include "gpu_reference.hpp"
 #include "gpu_test_util.hpp"
 #include "runtime/captured_graph.hpp"
 #include "runtime/device_buffer.hpp"
@@ -72,7 +74,11 @@ void expect_matches_reference(const LayerCase& c, const GpuRun& g, const std::st
   ASSERT_EQ(g.ids, ref_route.topk_ids) << what << ": expert choice differs from the CPU reference";
   ASSERT_EQ(0, std::memcmp(g.weights.data(), ref_route.topk_weights.data(), g.weights.size() * 4))
       << what << ": routing weights differ bitwise from the CPU reference";
-  const std::vector<float> ref = moe_forward_reference(c.cfg, c.w, c.x.values.data(), c.T, ref_route);
+  // the CPU reference in double, or for a full-size model the GPU oracle (checked against it)
+  const double macs = double(c.T) * double(c.cfg.top_k + c.cfg.shared_expert) * 3.0 * double(c.cfg.hidden) *
+                      double(std::max(c.cfg.intermediate, c.cfg.shared_intermediate));
+  const std::vector<float> ref = macs > 1e9 ? test::moe_forward_reference_gpu(c.cfg, c.w, c.x.values.data(), c.T, ref_route)
+                                            : moe_forward_reference(c.cfg, c.w, c.x.values.data(), c.T, ref_route);
   std::vector<float> got(ref.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_float(g.out[i]);
   int64_t unwritten = 0;
