@@ -1,8 +1,11 @@
 // bench_route: the router kernel's time by token count on the model's router
-// settings: a CUDA graph of 64 launches back to back, replayed, divided by 64
-// (dependent launch overlaps each launch with the one before, as in the
-// layer), median of 50 replays; and a single launch between two events (its
-// launch latency included), median of 200.
+// settings, at the clock a busy GPU runs (every replay follows 300 us of busy
+// SMs; the SM clock is read beside each row): a CUDA graph of 64 launches back
+// to back, replayed, divided by 64 (dependent launch overlaps each launch with
+// the one before, as in the layer), median of 50 replays; the same for an empty
+// kernel launched the same way (the floor under any kernel); and a single
+// launch between two events (its launch latency included), median of 200.
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <vector>
@@ -10,6 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "bench/clock_probe.hpp"
+#include "common/median.hpp"
 #include "fp4moe/device.hpp"
 #include "fp4moe/model.hpp"
 #include "kernels/routing_kernels.hpp"
@@ -63,14 +68,48 @@ int main(int argc, char** argv) {
     };
     fmt::print("{}: E {}, top-{}, {}; µs per launch\n\n", c.name, c.num_experts, c.top_k,
                c.scoring == Scoring::sigmoid ? "sigmoid + bias" : "softmax");
-    fmt::print("| T | back to back (graph) | single launch (events) |\n");
-    fmt::print("|---|---|---|\n");
+    // Median µs per launch of `launches` replayed from a graph, each replay after busy SMs.
+    auto per_launch_us = [&](const std::function<void()>& one) {
+      const std::vector<std::function<void()>> launches(64, one);
+      one();
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+      const CapturedGraph graph(s, [&] {
+        for (const auto& f : launches) f();
+      });
+      cudaEvent_t ev[2];
+      for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
+      std::vector<double> us;
+      for (int r = 0; r < 55; ++r) {
+        bench::keep_sms_busy(300, s);
+        FP4MOE_CUDA_CHECK(cudaEventRecord(ev[0], s));
+        graph.launch();
+        FP4MOE_CUDA_CHECK(cudaEventRecord(ev[1], s));
+        FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+        float ms = 0;
+        FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+        if (r >= 5) us.push_back(ms * 1e3 / 64);
+      }
+      for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventDestroy(e));
+      std::sort(us.begin(), us.end());
+      return detail::median_of_sorted(us);
+    };
+    bench::keep_sms_busy(20000, s);  // out of idle clocks first
+    fmt::print("| T | router, back to back (graph) | empty kernel, same launch | router minus empty | single router launch (events) | SM MHz |\n");
+    fmt::print("|---|---|---|---|---|---|\n");
     for (const int64_t T : tokens) {
       const kernels::RouteArgs a = args(T);
-      const std::vector<std::function<void()>> launches(64, [&] { kernels::launch_route(a, s); });
-      const double graph = time_graph_sequence(launches, s, 5, 50).median_ms * 1e3;
-      const double single = time_on_stream([&] { kernels::launch_route(a, s); }, s, 20, 200).median_ms * 1e3;
-      fmt::print("| {} | {:.2f} | {:.2f} |\n", T, graph, single);
+      const double route = per_launch_us([&] { kernels::launch_route(a, s); });
+      const double empty = per_launch_us([&] { bench::launch_empty_dependent(s); });
+      std::vector<double> singles;
+      for (int r = 0; r < 200; ++r) {
+        if (r % 20 == 0) bench::keep_sms_busy(300, s);
+        singles.push_back(time_on_stream([&] { kernels::launch_route(a, s); }, s, 0, 1).median_ms * 1e3);
+      }
+      std::sort(singles.begin(), singles.end());
+      bench::keep_sms_busy(300, s);
+      const double mhz = bench::sm_clock_mhz(s);
+      fmt::print("| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.0f} |\n", T, route, empty, route - empty,
+                 detail::median_of_sorted(singles), mhz);
     }
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
     FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));

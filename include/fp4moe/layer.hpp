@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "fp4moe/format.hpp"
 #include "fp4moe/model.hpp"
 #include "fp4moe/reference.hpp"
 #include "fp4moe/version.hpp"
@@ -45,10 +46,42 @@ struct LayerOptions {
   bool split_k = true;
 };
 
+// FP4 expert weights already on the GPU, in the layout a serving engine holds
+// them (ModelOpt NVFP4 as vLLM and SGLang load it, or MXFP4): every pointer is
+// device memory of the layer's device, read only during construction.
+enum class GateUpOrder { gate_up, up_gate };  // which half of w13's 2I rows comes first
+enum class ScaleLayout { linear, swizzled_128x4 };
+
+struct DeviceProjection {
+  const uint8_t* weight = nullptr;  // [E, N, K/2] uint8, element 2i in the low nibble
+  const uint8_t* scale = nullptr;   // [E, N, K/block] e4m3 (NVFP4) or e8m0 (MXFP4) bits; or each expert 128x4 swizzled
+  const float* scale_2 = nullptr;   // NVFP4: fp32 [E] or [E, scale_2_parts]; MXFP4: null
+  int scale_2_parts = 1;            // w13 only: 2 = one weight_scale_2 per half, in w13's row order
+};
+
+struct DeviceMoeWeights {
+  Fp4Format format = Fp4Format::nvfp4;
+  DeviceProjection w13;  // N = 2I (both halves), K = H
+  DeviceProjection w2;   // N = H, K = I
+  GateUpOrder w13_order = GateUpOrder::gate_up;
+  ScaleLayout scale_layout = ScaleLayout::linear;
+  // The model's experts these tensors hold (expert parallelism inside an engine
+  // that dispatches itself): [expert_begin, expert_begin + expert_count) of
+  // MoeConfig::num_experts, expert_count = -1 for all. Ids outside it contribute nothing.
+  int64_t expert_begin = 0, expert_count = -1;
+  bool has_shared = false;
+  DeviceProjection shared_w13, shared_w2;  // E = 1, N = 2 * shared_intermediate
+  const float* correction_bias = nullptr;  // fp32 [E] (MoeConfig::use_correction_bias)
+  const uint16_t* router_weight = nullptr; // bf16 bits [E, H], for forward_from_hidden; or null
+};
+
 class MoeLayer {
  public:
   // weights: ModelOpt-layout FP4 matrices on the host (gate/up [I, H], down [H, I]).
   MoeLayer(const MoeConfig& cfg, const MoeWeights& weights, const LayerOptions& opts = {});
+  // weights: on the GPU (DeviceMoeWeights); prepared by kernels on the device,
+  // byte for byte what the host prepare makes. Synchronises once, at the end.
+  MoeLayer(const MoeConfig& cfg, const DeviceMoeWeights& weights, const LayerOptions& opts = {});
   ~MoeLayer();
   MoeLayer(const MoeLayer&) = delete;
   MoeLayer& operator=(const MoeLayer&) = delete;
@@ -56,6 +89,12 @@ class MoeLayer {
   // Device pointers: hidden bf16 [T, H], router_logits fp32 [T, E], out bf16 [T, H].
   void forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
                __nv_bfloat16* out);
+
+  // The same with the caller's routing: topk_ids int32 [T, k] (the model's
+  // expert ids; ids of experts this layer does not hold contribute nothing, ids
+  // outside [0, E) too and check_status() reports them) and topk_weights fp32 [T, k].
+  void forward_routed(cudaStream_t stream, const __nv_bfloat16* hidden, const int32_t* topk_ids,
+                      const float* topk_weights, int64_t tokens, __nv_bfloat16* out);
 
   // The same with the router logits computed on the device from the weights'
   // router_weight (bf16 [E, H], cuBLAS, fp32 output and accumulation); throws
@@ -76,11 +115,14 @@ class MoeLayer {
   // naming what was wrong (a non-finite router logit, an expert id out of range).
   void check_status(cudaStream_t stream);
 
-  // The last forward's routing, on the device: ids int32 [T, k], weights fp32 [T, k].
+  // The last routing this layer computed (forward, forward_from_hidden), on the
+  // device: ids int32 [T, k], weights fp32 [T, k].
   const int32_t* topk_ids() const;
   const float* topk_weights() const;
 
   const MoeConfig& config() const;
+  int64_t expert_begin() const;  // the model's experts this layer holds: [begin, begin + count)
+  int64_t expert_count() const;
   FinalizeMode finalize_mode() const;
   int64_t workspace_bytes() const;    // device bytes besides the weights
   int64_t weight_bytes() const;       // device bytes of the prepared weights
@@ -104,8 +146,12 @@ class MoeLayer {
  private:
   struct Impl;
   struct Marks;
-  void run(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
-           __nv_bfloat16* out, Marks* marks);
+  struct Routed {
+    const int32_t* ids;
+    const float* weights;
+  };
+  void run(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, const Routed* routed,
+           int64_t tokens, __nv_bfloat16* out, Marks* marks);
   std::unique_ptr<Impl> impl_;
 };
 

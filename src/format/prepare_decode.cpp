@@ -1,46 +1,23 @@
 #include "format/prepare_decode.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 
 #include "common/parallel.hpp"
 #include "format/decode_pack.hpp"
+#include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
 
 namespace fp4moe {
 namespace {
 
-// Where W[row, col] lives: granule, lane, word and (reg, half) of decode_pack.hpp.
-struct Slot {
-  int64_t granule_byte;  // byte offset of the lane's word inside the expert's weights
-  int reg, half;
-};
-
-Slot weight_slot(int64_t k, int64_t row, int64_t col) {
-  const int64_t rg = row / 16, rr = row % 16;
-  const int64_t kc = col / 64, kin = col % 64;
-  const int64_t t = kin / 16, kk = kin % 16;   // k16 step, column inside it
-  const int64_t r = rr % 8, upper_rows = rr / 8;
-  const int64_t c = kk % 8, upper_cols = kk / 8;
-  const int64_t lane = r * 4 + c / 2;
-  Slot s;
-  s.reg = static_cast<int>(upper_rows + 2 * upper_cols);
-  s.half = static_cast<int>(c % 2);
-  s.granule_byte = ((rg * (k / 64) + kc) * pack::kLanes + lane) * 16 + t * 4;
-  return s;
-}
-
-int64_t scale_byte_offset(int64_t k, int64_t row, int64_t col) {
-  const int64_t rg = row / 16, rr = row % 16;
-  const int64_t kc = col / 128, step = (col % 128) / 16;
-  const int64_t quad = rr % 8, upper = rr / 8;
-  return (rg * (k / 128) + kc) * pack::kScaleGranuleBytes + quad * 16 + step * 2 + upper;
-}
-
 uint8_t scale_byte_of(const Fp4Matrix& m, int64_t row, int64_t col) {
   return m.scales[static_cast<size_t>(row * m.scale_cols() + col / m.block_size())];
 }
+
+float scale_value_of(Fp4Format f, uint8_t b) { return f == Fp4Format::nvfp4 ? e4m3_decode(b) : ue8m0_decode(b); }
 
 int scale_bias(Fp4Format f) { return f == Fp4Format::nvfp4 ? pack::kNvfp4ScaleBias : pack::kMxfp4ScaleBias; }
 
@@ -67,12 +44,12 @@ const std::array<std::array<uint32_t, 256>, 4> kPairWords = [] {
 }();
 
 void clear_code(uint8_t* w, int64_t k, int64_t row, int64_t col) {
-  const Slot slot = weight_slot(k, row, col);
+  const pack::CodeSlot slot = pack::code_slot(k, row, col);
   uint32_t word;
-  std::memcpy(&word, w + slot.granule_byte, 4);
+  std::memcpy(&word, w + slot.byte, 4);
   const pack::CodeBits b = pack::kCodeBits[slot.reg][slot.half];
   word &= ~((1u << b.sign) | (1u << b.m2) | (1u << b.m1) | (1u << b.m0));
-  std::memcpy(w + slot.granule_byte, &word, 4);
+  std::memcpy(w + slot.byte, &word, 4);
 }
 
 }  // namespace
@@ -117,13 +94,7 @@ PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix* const> e
                  "prepare_decode_weights: expert " << e << " has " << m.packed.size() << " weight bytes and "
                                                    << m.scales.size() << " scale bytes for [" << m.rows << ", " << m.cols << "]");
   }
-  // Every scale byte's value and prepared byte (-1: outside the kernel's range), once.
-  std::array<float, 256> scale_value{};
-  std::array<int, 256> prepared{};
-  for (int b = 0; b < 256; ++b) {
-    scale_value[size_t(b)] = p.format == Fp4Format::nvfp4 ? e4m3_decode(uint8_t(b)) : ue8m0_decode(uint8_t(b));
-    prepared[size_t(b)] = prepared_scale_of(p.format, scale_value[size_t(b)]);
-  }
+  const std::array<int16_t, 256> prepared = prepared_scale_table(p.format);
   detail::parallel_for(p.experts, [&](int64_t e) {
     const Fp4Matrix& m = *experts[static_cast<size_t>(e)];
     uint8_t* w = p.weights.data() + e * p.weight_bytes_per_expert();
@@ -140,28 +111,27 @@ PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix* const> e
             // reg = (row + 8) + 2 (column + 8): bytes at rows r, r + 8 and columns c, c + 8
             const uint32_t word = kPairWords[0][src[0]] | kPairWords[1][src[8 * row_bytes]] | kPairWords[2][src[4]] |
                                   kPairWords[3][src[8 * row_bytes + 4]];
-            std::memcpy(w + ((rg * (p.k / 64) + kc) * pack::kLanes + lane) * 16 + t * 4, &word, 4);
+            std::memcpy(w + pack::word_offset(p.k, rg, kc, lane, t), &word, 4);
           }
     for (int64_t row = 0; row < p.n; ++row)
       for (int64_t col = 0; col < p.k; col += 16) {
         const uint8_t b = scale_byte_of(m, row, col);
-        const float value = scale_value[b];
         // every code +-0: the 8 bytes of the row's 16 codes, sign bits aside
         const uint8_t* codes = m.packed.data() + row * (p.k / 2) + col / 2;
         bool all_zero = true;
         for (int i = 0; i < 8; ++i) all_zero &= (codes[i] & 0x77) == 0;
         int pb = 0;
-        if (value == 0.f || all_zero) {
+        if (prepared[b] == kPreparedScaleZero || all_zero) {
           // A zero scale or a block of zeros: store byte 0 and clear the codes (exact).
           for (int64_t c = col; c < col + 16; ++c) clear_code(w, p.k, row, c);
         } else {
           pb = prepared[b];
           FP4MOE_CHECK(pb >= 0, "prepare_decode_weights: expert " << e << " row " << row << " column " << col
-                                  << ": block scale " << value << " (byte 0x" << std::hex << int(b) << std::dec
+                                  << ": block scale " << scale_value_of(p.format, b) << " (byte 0x" << std::hex << int(b) << std::dec
                                   << ") is outside the decode kernel's range for " << to_string(p.format) << " [2^-"
                                   << scale_bias(p.format) << ", 2^" << 31 - scale_bias(p.format) << "]");
         }
-        s[scale_byte_offset(p.k, row, col)] = static_cast<uint8_t>(pb);
+        s[pack::scale_offset(p.k, row, col)] = static_cast<uint8_t>(pb);
       }
     p.dequant_scale[static_cast<size_t>(e)] = pack::kAccumulatorFactor * m.weight_scale_2;  // exact: a power of two
   });
@@ -205,7 +175,7 @@ PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix* co
   std::vector<Fp4Matrix> stacked(gate.size());
   detail::parallel_for(static_cast<int64_t>(gate.size()), [&](int64_t e) {
     const Fp4Matrix* parts[] = {gate[size_t(e)], up[size_t(e)]};
-    stacked[size_t(e)] = stack_rows(parts, 16);
+    stacked[size_t(e)] = stack_rows(parts, pack::kGateUpInterleaveRows);
   });
   PreparedExpertWeights p = prepare_decode_weights(std::span<const Fp4Matrix>(stacked));
   p.scale_parts = 2;
@@ -218,17 +188,26 @@ PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix* co
 }
 
 uint8_t prepared_code(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col) {
-  const Slot slot = weight_slot(p.k, row, col);
+  const pack::CodeSlot slot = pack::code_slot(p.k, row, col);
   uint32_t word;
-  std::memcpy(&word, p.weights.data() + e * p.weight_bytes_per_expert() + slot.granule_byte, 4);
+  std::memcpy(&word, p.weights.data() + e * p.weight_bytes_per_expert() + slot.byte, 4);
   const pack::CodeBits b = pack::kCodeBits[slot.reg][slot.half];
   return static_cast<uint8_t>(((word >> b.sign) & 1) << 3 | ((word >> b.m2) & 1) << 2 | ((word >> b.m1) & 1) << 1 |
                               ((word >> b.m0) & 1));
 }
 
 float prepared_scale_value(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col) {
-  const uint8_t b = p.scales[static_cast<size_t>(e * p.scale_bytes_per_expert() + scale_byte_offset(p.k, row, col))];
+  const uint8_t b = p.scales[static_cast<size_t>(e * p.scale_bytes_per_expert() + pack::scale_offset(p.k, row, col))];
   return std::ldexp(1.f + float(b & 7) / 8.f, (b >> 3) - scale_bias(p.format));
+}
+
+std::array<int16_t, 256> prepared_scale_table(Fp4Format f) {
+  std::array<int16_t, 256> t{};
+  for (int b = 0; b < 256; ++b) {
+    const float v = scale_value_of(f, uint8_t(b));
+    t[size_t(b)] = int16_t(v == 0.f ? kPreparedScaleZero : std::max(int(kPreparedScaleOutOfRange), prepared_scale_of(f, v)));
+  }
+  return t;
 }
 
 uint32_t prepared_scale_exponent_add(Fp4Format f) { return pack::scale_exponent_add(scale_bias(f)); }

@@ -1,5 +1,6 @@
 // The one-time prepare step: ModelOpt-layout FP4 experts -> the decode layout.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -46,6 +47,13 @@ Fp4Matrix stack_rows(std::span<const Fp4Matrix* const> parts, int64_t interleave
 // (a block of zero codes may report any scale).
 uint8_t prepared_code(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col);
 float prepared_scale_value(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col);
+
+// The prepared byte of every block-scale byte of a format: the byte (>= 0),
+// kPreparedScaleZero for a zero scale (stored as 0 with its codes cleared), or
+// kPreparedScaleOutOfRange where the value is outside the kernels' range.
+inline constexpr int16_t kPreparedScaleZero = -2;
+inline constexpr int16_t kPreparedScaleOutOfRange = -1;
+std::array<int16_t, 256> prepared_scale_table(Fp4Format f);
 
 // The kernel's scale-operand constant for a format (decode_pack.hpp).
 uint32_t prepared_scale_exponent_add(Fp4Format f);

@@ -1,20 +1,16 @@
-// The 128x4 swizzled block-scale layout of CUTLASS / TensorRT-LLM.
-//
-// Rows are padded to a multiple of 128 and scale columns to a multiple of 4.
-// Each 128x4 tile is 512 contiguous bytes; tiles are laid out row-tile-major:
-//   off(m, kb) = (m/128) * ceil(Kc/4) * 512 + (kb/4) * 512
-//              + (m%32) * 16 + ((m%128)/32) * 4 + kb%4
-// Padding bytes are zero.
+// The 128x4 swizzled block-scale layout of CUTLASS / TensorRT-LLM (the offset
+// arithmetic is in format/prepared_layout.hpp). Padding bytes are zero.
 #include <cstdint>
 #include <vector>
 
 #include "fp4moe/error.hpp"
+#include "format/prepared_layout.hpp"
 #include "fp4moe/format.hpp"
 
 namespace fp4moe {
 namespace {
 
-int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+using pack::round_up;
 
 void check_shape(const char* fn, const void* p, int64_t rows, int64_t scale_cols) {
   FP4MOE_CHECK(rows >= 0, fn << ": rows = " << rows << " is negative");
@@ -27,7 +23,7 @@ void check_shape(const char* fn, const void* p, int64_t rows, int64_t scale_cols
 
 size_t swizzled_scale_bytes(int64_t rows, int64_t scale_cols) {
   check_shape("swizzled_scale_bytes", "", rows, scale_cols);
-  return static_cast<size_t>(round_up(rows, 128) * round_up(scale_cols, 4));
+  return static_cast<size_t>(pack::swizzled_bytes(rows, scale_cols));
 }
 
 size_t swizzled_scale_offset(int64_t m, int64_t kb, int64_t scale_cols) {
@@ -36,9 +32,7 @@ size_t swizzled_scale_offset(int64_t m, int64_t kb, int64_t scale_cols) {
   FP4MOE_CHECK(kb >= 0 && kb < round_up(scale_cols, 4),
                "swizzled_scale_offset: kb = " << kb << " is outside the padded scale columns 0.."
                                               << round_up(scale_cols, 4) - 1);
-  const int64_t tiles_k = round_up(scale_cols, 4) / 4;
-  const int64_t off = (m / 128) * tiles_k * 512 + (kb / 4) * 512 + (m % 32) * 16 + ((m % 128) / 32) * 4 + kb % 4;
-  return static_cast<size_t>(off);
+  return static_cast<size_t>(pack::swizzled_offset(m, kb, scale_cols));
 }
 
 std::vector<uint8_t> swizzle_scales_128x4(const uint8_t* row_major, int64_t rows, int64_t scale_cols) {

@@ -32,6 +32,7 @@ __global__ void finalize_kernel(const FinalizeArgs a) {
   if (a.expert_out) {
     for (int j = 0; j < a.top_k; ++j) {
       const int64_t q = t * a.top_k + j;
+      if (a.pair_pos[q] < 0) continue;  // a pair of another rank's expert, or a bad id
       const uint4 v = *reinterpret_cast<const uint4*>(a.expert_out + int64_t(a.pair_pos[q]) * a.hidden + h);
       add_bf16x8(acc, v, a.topk_weights[q]);
     }

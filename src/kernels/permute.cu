@@ -14,6 +14,16 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kMaxExperts = 4096;
 
+// The held expert of a global id, or -1 (another rank's expert, or a bad id: `bad` set).
+__device__ __forceinline__ int held_expert(const PermuteArgs& a, int id, bool& bad) {
+  if (id < 0 || id >= a.global_experts) {
+    bad = true;
+    return -1;
+  }
+  const int e = id - a.expert_begin;
+  return e >= 0 && e < a.experts ? e : -1;
+}
+
 __global__ void __launch_bounds__(kThreads) permute_kernel(const PermuteArgs a) {
   __shared__ int count[kMaxExperts];
   __shared__ int next[kMaxExperts];
@@ -25,9 +35,9 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(const PermuteArgs a) 
   __syncthreads();
   bool bad = false;
   for (int64_t q = tid; q < P; q += kThreads) {
-    int e = a.topk_ids[q];
-    if (e < 0 || e >= E) bad = true, e = 0;
-    atomicAdd(&count[e], 1);
+    const int e = held_expert(a, a.topk_ids[q], bad);
+    if (e >= 0) atomicAdd(&count[e], 1);
+    else a.pair_pos[q] = -1;
   }
   if (__syncthreads_or(bad) && tid == 0) atomicOr(a.status, kStatusBadExpertId);
   // Exclusive scan of the counts by warp 0, 32 experts at a time.
@@ -48,6 +58,8 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(const PermuteArgs a) 
       }
       carry += __shfl_sync(0xffffffffu, incl, 31);
     }
+    // Rows no kept pair fills: pair -1, token 0 (a row copy of all T*k stays in bounds).
+    for (int64_t p = carry + tid; p < P; p += 32) a.permuted_pair[p] = -1, a.permuted_token[p] = 0;
     if (tid == 0) {
       a.expert_offsets[E] = carry;
       if (a.dense_offsets) a.dense_offsets[0] = 0, a.dense_offsets[1] = static_cast<int32_t>(a.tokens);
@@ -56,9 +68,9 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(const PermuteArgs a) 
     // Rank in pair order: equal experts within 32 pairs take consecutive slots.
     for (int64_t base = 0; base < P; base += 32) {
       const int64_t q = base + tid;
-      const bool live = q < P;
-      int e = live ? a.topk_ids[q] : -1;
-      if (live && (e < 0 || e >= E)) e = 0;
+      bool ignored = false;
+      const int e = q < P ? held_expert(a, a.topk_ids[q], ignored) : -1;
+      const bool live = e >= 0;
       const unsigned active = __ballot_sync(0xffffffffu, live);
       if (live) {
         const unsigned peers = __match_any_sync(active, e);
@@ -77,7 +89,12 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(const PermuteArgs a) 
 
 }  // namespace
 
-void launch_permute(const PermuteArgs& a, cudaStream_t stream) {
+void launch_permute(const PermuteArgs& args, cudaStream_t stream) {
+  PermuteArgs a = args;
+  if (a.global_experts == 0) a.global_experts = a.experts;
+  FP4MOE_CHECK(a.expert_begin >= 0 && a.expert_begin + a.experts <= a.global_experts,
+               "permute: held experts [" << a.expert_begin << ", " << a.expert_begin + a.experts
+                                         << ") are outside the model's " << a.global_experts);
   FP4MOE_CHECK(a.experts >= 1 && a.experts <= kMaxExperts, "permute: experts = " << a.experts << " is outside 1.." << kMaxExperts);
   FP4MOE_CHECK(a.top_k >= 1, "permute: top_k = " << a.top_k << " must be positive");
   FP4MOE_CHECK(a.tokens >= 0 && a.tokens * a.top_k < (int64_t(1) << 31), "permute: " << a.tokens << " tokens x " << a.top_k << " pairs overflow int32");

@@ -58,22 +58,34 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteA
   float* s = c + E;                  // sigmoid score (the weights); the bias until then
   // The bias is a weight, not the previous kernel's output: read before waiting for it.
   if (a.bias && t < a.tokens)
-    for (int e = lane; e < E; e += 32) s[e] = a.bias[e];
+    for (int e = lane; e < E; e += 32) s[e] = __ldg(a.bias + e);
   wait_for_prior_grid();
   allow_dependent_grids();
   if (t >= a.tokens) return;
   const float* row = a.logits + t * E;
 
+  // A lane's logits are loaded kLoadsInFlight at a time, all issued before the
+  // first is used: one L2 round trip for E = 256 instead of one per expert (the
+  // compiler cannot move a load above the shared-memory stores of the step before).
+  constexpr int kLoadsInFlight = 8;
   bool bad = false;
-  for (int e = lane; e < E; e += 32) {
-    float l = row[e];
-    if (!isfinite(l)) bad = true, l = 0.f;
-    if (a.sigmoid) {
-      const float sv = rm::sigmoidf_exact(l);
-      c[e] = a.bias ? rm::fadd(sv, s[e]) : sv;
-      s[e] = sv;
-    } else {
-      c[e] = l;  // softmax is monotone: choose by logit
+  for (int base = lane; base < E; base += 32 * kLoadsInFlight) {
+    float l[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) l[u] = base + 32 * u < E ? __ldg(row + base + 32 * u) : 0.f;
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int e = base + 32 * u;
+      if (e >= E) break;
+      float v = l[u];
+      if (!isfinite(v)) bad = true, v = 0.f;
+      if (a.sigmoid) {
+        const float sv = rm::sigmoidf_exact(v);
+        c[e] = a.bias ? rm::fadd(sv, s[e]) : sv;
+        s[e] = sv;
+      } else {
+        c[e] = v;  // softmax is monotone: choose by logit
+      }
     }
   }
   bad = __any_sync(0xffffffffu, bad);

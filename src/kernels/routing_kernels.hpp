@@ -11,7 +11,7 @@ namespace fp4moe::kernels {
 // Bits of the device status word (a bad input never crashes or writes out of bounds).
 enum RoutingStatus : int32_t {
   kStatusNonFiniteLogit = 1,   // a NaN/Inf router logit: that token routes to experts 0..k-1 with weight 0
-  kStatusBadExpertId = 2,      // a topk id outside [0, E): counted as expert 0
+  kStatusBadExpertId = 2,      // a topk id outside [0, global experts): that pair contributes nothing
 };
 
 struct RouteArgs {
@@ -29,14 +29,21 @@ struct RouteArgs {
 // Bitwise the CPU reference's choice and weights (src/reference/router_math.hpp).
 void launch_route(const RouteArgs& a, cudaStream_t stream);
 
+// A layer may hold a range of the model's experts (expert parallelism): ids in
+// [expert_begin, expert_begin + experts) are its own and sorted; other valid ids
+// (< global_experts) are dropped; ids outside [0, global_experts) are dropped
+// and flagged. A dropped pair has pair_pos -1, and the rows past the last kept
+// pair (up to T*k) hold pair -1 and token 0, so a copy of every row stays in bounds.
 struct PermuteArgs {
-  const int32_t* topk_ids = nullptr;  // [T, k]
+  const int32_t* topk_ids = nullptr;  // [T, k], global expert ids
   int64_t tokens = 0;
-  int experts = 0, top_k = 0;
-  int32_t* expert_offsets = nullptr;  // [E+1]
+  int experts = 0, top_k = 0;         // experts: held by the layer
+  int expert_begin = 0;               // global id of the layer's first expert
+  int global_experts = 0;             // the model's expert count (0: = experts)
+  int32_t* expert_offsets = nullptr;  // [E+1] over the held experts
   int32_t* permuted_pair = nullptr;   // [T*k]: pair index t*k+j at each permuted row
   int32_t* permuted_token = nullptr;  // [T*k]: its token t (GEMM1's gather rows)
-  int32_t* pair_pos = nullptr;        // [T*k]: the inverse, permuted row of each pair
+  int32_t* pair_pos = nullptr;        // [T*k]: the inverse, permuted row of each pair (-1: dropped)
   int32_t* dense_offsets = nullptr;   // [2] = {0, T}: one "expert" holding every token (shared expert), or null
   int32_t* status = nullptr;
 };
@@ -61,7 +68,8 @@ struct FinalizeArgs {
   int top_k = 0;
   __nv_bfloat16* out = nullptr;                // [T, H]
 };
-// out[t] = sum_j w[t,j] * expert_out[pos(t,j)] in slot order j = 0..k-1, fp32
+// out[t] = sum_j w[t,j] * expert_out[pos(t,j)] in slot order j = 0..k-1 over
+// the pairs not dropped (pos >= 0), fp32
 // (split mode: bitwise identical run to run); or out[t] = accumulated[t]
 // (fused mode); plus the shared expert's output when given.
 void launch_finalize(const FinalizeArgs& a, cudaStream_t stream);

@@ -31,7 +31,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
 
   struct GemmSpec {
     const char* name;
-    const DeviceProjection* w;
+    const PreparedProjection* w;
     bool dense;  // the shared expert: every token, one "expert"
   };
   std::vector<GemmSpec> gemms = {{"gemm1", &m.routed->w13, false}, {"gemm2", &m.routed->w2, false}};
@@ -55,9 +55,9 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
     for (float& v : host_logits) v = nd(rng);
     DeviceBuffer<float> logits(host_logits);
     m.route(s, logits.get(), T);
-    m.permute(s, T);
+    m.permute(s, m.topk_ids.get(), T);
     const double routed_tpe = double(T * c.top_k) / double(c.num_experts);
-    const int64_t active = std::min<int64_t>(c.num_experts, T * c.top_k);
+    const int64_t active = m.active_experts(T);
     for (const GemmSpec& g : gemms) {
       const double tpe = g.dense ? double(T) : routed_tpe;
       const int64_t act = g.dense ? 1 : active;

@@ -29,23 +29,86 @@ ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts) {
     up.push_back(&e->up);
     down.push_back(&e->down);
   }
-  return ExpertPair{DeviceProjection(prepare_gated_decode_weights(gate, up)), DeviceProjection(prepare_decode_weights(down))};
+  return ExpertPair{PreparedProjection(prepare_gated_decode_weights(gate, up)), PreparedProjection(prepare_decode_weights(down))};
 }
 
 }  // namespace
 
+void MoeLayer::Impl::init_device(const MoeConfig& c, const LayerOptions& o) {
+  c.validate();
+  cfg = c;
+  opts = o;
+  FP4MOE_CHECK(o.max_tokens >= 1, "LayerOptions::max_tokens = " << o.max_tokens << " must be at least 1");
+  FP4MOE_CHECK(c.hidden % 8 == 0, "MoeLayer: hidden = " << c.hidden << " is not a multiple of 8");
+  if (o.device >= 0) FP4MOE_CUDA_CHECK(cudaSetDevice(o.device));
+  int dev = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  const DeviceLimits limits = device_limits(dev);
+  sm_count = limits.sm_count;
+  budget = limits.budget;
+  cudaDeviceProp prop{};
+  FP4MOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  tune_context.gpu = prop.name;
+  tune_context.cc = prop.major * 10 + prop.minor;
+  FP4MOE_CUDA_CHECK(cudaDriverGetVersion(&tune_context.driver));
+  FP4MOE_CUDA_CHECK(cudaRuntimeGetVersion(&tune_context.runtime));
+  tune_context.fp4moe_version = kVersion;
+  if (o.use_tune_cache) {
+    cache = plan::TuneCache::load(plan::TuneCache::default_path(o.tune_cache), tune_context);
+    cache_notice = cache->notice();
+  }
+}
+
+// The optional router: logits = hidden . router_weight^T by cuBLAS (bf16 [E, H]).
+void MoeLayer::Impl::init_router(const uint16_t* w, bool on_device) {
+  const size_t count = size_t(cfg.num_experts * cfg.hidden);
+  router_weight.resize(count);
+  FP4MOE_CUDA_CHECK(cudaMemcpy(router_weight.get(), w, count * 2,
+                               on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice));
+  logits.resize(size_t(opts.max_tokens * cfg.num_experts));
+  blas_workspace.resize(size_t(8) << 20);  // a fixed workspace keeps cuBLAS graph-capture safe
+  FP4MOE_CUBLAS_CHECK(cublasCreate(&blas));
+  FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_workspace.get(), blas_workspace.bytes()));
+}
+
+void MoeLayer::Impl::init_workspace() {
+  finalize = opts.deterministic || opts.finalize == FinalizeMode::automatic ? FinalizeMode::split : opts.finalize;
+  forward_plans.resize(size_t(opts.max_tokens + 1));
+  const int64_t T = opts.max_tokens, P = max_pairs(), H = cfg.hidden;
+  topk_ids.resize(size_t(P));
+  topk_weights.resize(size_t(P));
+  offsets.resize(size_t(routed->w13.experts + 1));
+  permuted_pair.resize(size_t(P));
+  permuted_token.resize(size_t(P));
+  pair_pos.resize(size_t(P));
+  dense_offsets.resize(2);
+  status.resize(1);
+  status.fill_bytes(0);
+  a2.resize(size_t(P * cfg.intermediate));
+  if (finalize == FinalizeMode::split) y2.resize(size_t(P * H));
+  else accumulate.resize(size_t(T * H));
+  // Warp-specialized tiles (sm_90) load rows in expert order: GEMM1 reads a permuted copy of x.
+  if (budget.cc == 90) {
+    x_permuted.resize(size_t(P * H));
+    if (opts.split_k) {
+      split_k.resize(size_t(plan::kSplitKWorkspaceBytes));
+      split_k.fill_bytes(0);  // the arrival counters; every launch leaves them zero
+    }
+  }
+  if (cfg.shared_expert) {
+    shared_a2.resize(size_t(T * cfg.shared_intermediate));
+    shared_y.resize(size_t(T * H));
+  }
+}
+
 MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions& opts) : impl_(new Impl) {
-  cfg.validate();
   Impl& m = *impl_;
-  m.cfg = cfg;
-  m.opts = opts;
-  FP4MOE_CHECK(opts.max_tokens >= 1, "LayerOptions::max_tokens = " << opts.max_tokens << " must be at least 1");
+  m.init_device(cfg, opts);
   FP4MOE_CHECK(int64_t(w.experts.size()) == cfg.num_experts,
                "MoeLayer: " << w.experts.size() << " experts given, the model has num_experts = " << cfg.num_experts);
   FP4MOE_CHECK(w.has_shared == cfg.shared_expert, "MoeLayer: the model " << (cfg.shared_expert ? "has" : "has no")
                                                                           << " shared expert, the weights "
                                                                           << (w.has_shared ? "have one" : "have none"));
-  FP4MOE_CHECK(cfg.hidden % 8 == 0, "MoeLayer: hidden = " << cfg.hidden << " is not a multiple of 8");
   for (size_t e = 0; e < w.experts.size(); ++e) {
     const ExpertWeights& x = w.experts[e];
     FP4MOE_CHECK(x.gate.rows == cfg.intermediate && x.gate.cols == cfg.hidden && x.up.rows == cfg.intermediate &&
@@ -55,26 +118,6 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
                                      << "]; the model needs [" << cfg.intermediate << ", " << cfg.hidden << "] and ["
                                      << cfg.hidden << ", " << cfg.intermediate << "]");
   }
-  if (opts.device >= 0) FP4MOE_CUDA_CHECK(cudaSetDevice(opts.device));
-  int dev = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  const DeviceLimits limits = device_limits(dev);
-  m.sm_count = limits.sm_count;
-  m.budget = limits.budget;
-  {
-    cudaDeviceProp prop{};
-    FP4MOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-    m.tune_context.gpu = prop.name;
-    m.tune_context.cc = prop.major * 10 + prop.minor;
-    FP4MOE_CUDA_CHECK(cudaDriverGetVersion(&m.tune_context.driver));
-    FP4MOE_CUDA_CHECK(cudaRuntimeGetVersion(&m.tune_context.runtime));
-    m.tune_context.fp4moe_version = kVersion;
-  }
-  if (opts.use_tune_cache) {
-    m.cache = plan::TuneCache::load(plan::TuneCache::default_path(opts.tune_cache), m.tune_context);
-    m.cache_notice = m.cache->notice();
-  }
-
   std::vector<const ExpertWeights*> routed;
   for (const ExpertWeights& e : w.experts) routed.push_back(&e);
   m.routed = std::make_unique<ExpertPair>(prepare_experts(routed));
@@ -95,42 +138,40 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
     FP4MOE_CHECK(int64_t(w.router_weight.size()) == cfg.num_experts * cfg.hidden,
                  "MoeLayer: router_weight has " << w.router_weight.size() << " values, expected [E, H] = ["
                                                 << cfg.num_experts << ", " << cfg.hidden << "]");
-    m.router_weight.resize(w.router_weight.size());
-    FP4MOE_CUDA_CHECK(cudaMemcpy(m.router_weight.get(), w.router_weight.data(), w.router_weight.size() * 2,
-                                 cudaMemcpyHostToDevice));
-    m.logits.resize(size_t(opts.max_tokens * cfg.num_experts));
-    m.blas_workspace.resize(size_t(8) << 20);  // a fixed workspace keeps cuBLAS graph-capture safe
-    FP4MOE_CUBLAS_CHECK(cublasCreate(&m.blas));
-    FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(m.blas, m.blas_workspace.get(), m.blas_workspace.bytes()));
+    m.init_router(w.router_weight.data(), false);
   }
-  m.finalize = opts.deterministic || opts.finalize == FinalizeMode::automatic ? FinalizeMode::split : opts.finalize;
-  m.forward_plans.resize(size_t(opts.max_tokens + 1));
+  m.init_workspace();
+}
 
-  const int64_t T = opts.max_tokens, P = m.max_pairs(), H = cfg.hidden;
-  m.topk_ids.resize(size_t(P));
-  m.topk_weights.resize(size_t(P));
-  m.offsets.resize(size_t(cfg.num_experts + 1));
-  m.permuted_pair.resize(size_t(P));
-  m.permuted_token.resize(size_t(P));
-  m.pair_pos.resize(size_t(P));
-  m.dense_offsets.resize(2);
-  m.status.resize(1);
-  m.status.fill_bytes(0);
-  m.a2.resize(size_t(P * cfg.intermediate));
-  if (m.finalize == FinalizeMode::split) m.y2.resize(size_t(P * H));
-  else m.accumulate.resize(size_t(T * H));
-  // Warp-specialized tiles (sm_90) load rows in expert order: GEMM1 reads a permuted copy of x.
-  if (m.budget.cc == 90) {
-    m.x_permuted.resize(size_t(P * H));
-    if (opts.split_k) {
-      m.split_k.resize(size_t(plan::kSplitKWorkspaceBytes));
-      m.split_k.fill_bytes(0);  // the arrival counters; every launch leaves them zero
-    }
+MoeLayer::MoeLayer(const MoeConfig& cfg, const DeviceMoeWeights& w, const LayerOptions& opts) : impl_(new Impl) {
+  Impl& m = *impl_;
+  m.init_device(cfg, opts);
+  const int64_t E = cfg.num_experts, H = cfg.hidden, I = cfg.intermediate;
+  const int64_t count = w.expert_count < 0 ? E : w.expert_count;
+  FP4MOE_CHECK(w.expert_begin >= 0 && count >= 1 && w.expert_begin + count <= E,
+               "MoeLayer: local experts [" << w.expert_begin << ", " << w.expert_begin + count
+                                           << ") are not a non-empty range inside the model's " << E << " experts");
+  FP4MOE_CHECK(w.has_shared == cfg.shared_expert, "MoeLayer: the model " << (cfg.shared_expert ? "has" : "has no")
+                                                                          << " shared expert, the weights "
+                                                                          << (w.has_shared ? "have one" : "have none"));
+  m.expert_begin = w.expert_begin;
+  const bool up_first = w.w13_order == GateUpOrder::up_gate;
+  auto pair = [&](const DeviceProjection& w13, const DeviceProjection& w2, int64_t experts, int64_t width,
+                  const char* n13, const char* n2) {
+    auto p = std::make_unique<ExpertPair>();
+    p->w13 = prepare_on_device(w13, w.format, w.scale_layout, experts, 2 * width, H, true, up_first, n13);
+    p->w2 = prepare_on_device(w2, w.format, w.scale_layout, experts, H, width, false, false, n2);
+    return p;
+  };
+  m.routed = pair(w.w13, w.w2, count, I, "w13", "w2");
+  if (cfg.shared_expert) m.shared = pair(w.shared_w13, w.shared_w2, 1, cfg.shared_intermediate, "shared w13", "shared w2");
+  if (cfg.use_correction_bias) {
+    FP4MOE_CHECK(w.correction_bias, "MoeLayer: the model uses e_score_correction_bias; none was given");
+    m.bias.resize(size_t(E));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(m.bias.get(), w.correction_bias, size_t(E) * sizeof(float), cudaMemcpyDeviceToDevice));
   }
-  if (cfg.shared_expert) {
-    m.shared_a2.resize(size_t(T * cfg.shared_intermediate));
-    m.shared_y.resize(size_t(T * H));
-  }
+  if (w.router_weight) m.init_router(w.router_weight, true);
+  m.init_workspace();
 }
 
 MoeLayer::~MoeLayer() = default;
@@ -151,7 +192,14 @@ struct MoeLayer::Marks {
 
 void MoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
                        __nv_bfloat16* out) {
-  run(stream, hidden, router_logits, tokens, out, nullptr);
+  run(stream, hidden, router_logits, nullptr, tokens, out, nullptr);
+}
+
+void MoeLayer::forward_routed(cudaStream_t stream, const __nv_bfloat16* hidden, const int32_t* topk_ids,
+                              const float* topk_weights, int64_t tokens, __nv_bfloat16* out) {
+  FP4MOE_CHECK(topk_ids && topk_weights, "forward_routed: topk_ids and topk_weights must be device pointers, got null");
+  const Routed r{topk_ids, topk_weights};
+  run(stream, hidden, nullptr, &r, tokens, out, nullptr);
 }
 
 bool MoeLayer::has_router_weight() const { return impl_->blas != nullptr; }
@@ -170,20 +218,20 @@ void MoeLayer::forward_from_hidden(cudaStream_t stream, const __nv_bfloat16* hid
   FP4MOE_CUBLAS_CHECK(cublasGemmEx(m.blas, CUBLAS_OP_T, CUBLAS_OP_N, E, static_cast<int>(tokens), H, &alpha,
                                    m.router_weight.get(), CUDA_R_16BF, H, hidden, CUDA_R_16BF, H, &beta, m.logits.get(),
                                    CUDA_R_32F, E, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  run(stream, hidden, m.logits.get(), tokens, out, nullptr);
+  run(stream, hidden, m.logits.get(), nullptr, tokens, out, nullptr);
 }
 
 std::vector<MoeLayer::StageTime> MoeLayer::profile(cudaStream_t stream, const __nv_bfloat16* hidden,
                                                    const float* router_logits, int64_t tokens, __nv_bfloat16* out,
                                                    int reps) {
   FP4MOE_CHECK(reps >= 1, "profile: reps = " << reps << " must be positive");
-  for (int i = 0; i < 3; ++i) run(stream, hidden, router_logits, tokens, out, nullptr);
+  for (int i = 0; i < 3; ++i) run(stream, hidden, router_logits, nullptr, tokens, out, nullptr);
   std::vector<std::string> names;
   std::vector<std::vector<double>> times;
   for (int r = 0; r < reps; ++r) {
     Marks marks;
     marks.mark("start", stream);
-    run(stream, hidden, router_logits, tokens, out, &marks);
+    run(stream, hidden, router_logits, nullptr, tokens, out, &marks);
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (names.empty()) {
       for (size_t i = 1; i < marks.events.size(); ++i) names.push_back(marks.events[i].first);
@@ -203,8 +251,8 @@ std::vector<MoeLayer::StageTime> MoeLayer::profile(cudaStream_t stream, const __
   return out_times;
 }
 
-void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
-                   __nv_bfloat16* out, Marks* marks) {
+void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, const Routed* routed,
+                   int64_t tokens, __nv_bfloat16* out, Marks* marks) {
   Impl& m = *impl_;
   auto mark = [&](const char* stage) {
     if (marks) marks->mark(stage, stream);
@@ -212,13 +260,16 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   const MoeConfig& c = m.cfg;
   FP4MOE_CHECK(tokens >= 0 && tokens <= m.opts.max_tokens,
                "forward: tokens = " << tokens << " is outside 0..max_tokens = " << m.opts.max_tokens);
-  FP4MOE_CHECK(hidden && router_logits && out, "forward: hidden, router_logits and out must be device pointers, got null");
+  FP4MOE_CHECK(hidden && (router_logits || routed) && out,
+               "forward: hidden, router_logits and out must be device pointers, got null");
   if (tokens == 0) return;
   const int64_t P = tokens * c.top_k;
+  const int32_t* ids = routed ? routed->ids : m.topk_ids.get();
+  const float* weights = routed ? routed->weights : m.topk_weights.get();
 
-  m.route(stream, router_logits, tokens);
+  if (!routed) m.route(stream, router_logits, tokens);
   mark("route");
-  m.permute(stream, tokens);
+  m.permute(stream, ids, tokens);
   mark("permute");
   const ForwardPlan& plan = m.forward_plan(tokens);
   using kernels::DecodeEpilogue;
@@ -228,7 +279,7 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   if (m.finalize != FinalizeMode::split && !kernels::launches_skipped())
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.accumulate.get(), 0, size_t(tokens * c.hidden) * sizeof(float), stream));
   m.launch_gemm(plan.gemm2, m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), m.gemm2_epilogue(),
-                m.finalize == FinalizeMode::split ? m.y2.get() : nullptr, stream);
+                m.finalize == FinalizeMode::split ? m.y2.get() : nullptr, stream, weights);
   mark("gemm2");
   if (m.shared) {
     m.launch_gemm(plan.shared_gemm1, m.shared->w13, hidden, nullptr, tokens, m.dense_offsets.get(), DecodeEpilogue::swiglu,
@@ -241,7 +292,7 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   f.expert_out = m.finalize == FinalizeMode::split ? m.y2.get() : nullptr;
   f.accumulated = m.finalize == FinalizeMode::split ? nullptr : m.accumulate.get();
   f.pair_pos = m.pair_pos.get();
-  f.topk_weights = m.topk_weights.get();
+  f.topk_weights = weights;
   f.shared_out = m.shared ? m.shared_y.get() : nullptr;
   f.tokens = tokens;
   f.hidden = c.hidden;
@@ -257,13 +308,16 @@ void MoeLayer::check_status(cudaStream_t stream) {
   FP4MOE_CUDA_CHECK(cudaMemcpy(&s, impl_->status.get(), sizeof(s), cudaMemcpyDeviceToHost));
   impl_->status.fill_bytes(0);
   FP4MOE_CHECK(!(s & kernels::kStatusNonFiniteLogit), "forward: a router logit was NaN or Inf (that token got zero weights)");
-  FP4MOE_CHECK(!(s & kernels::kStatusBadExpertId), "forward: an expert id was outside [0, " << impl_->cfg.num_experts << ")");
+  FP4MOE_CHECK(!(s & kernels::kStatusBadExpertId), "forward: an expert id was outside [0, " << impl_->cfg.num_experts
+                                                    << ") (those pairs contributed nothing)");
 }
 
 const int32_t* MoeLayer::topk_ids() const { return impl_->topk_ids.get(); }
 const float* MoeLayer::topk_weights() const { return impl_->topk_weights.get(); }
 const MoeConfig& MoeLayer::config() const { return impl_->cfg; }
 FinalizeMode MoeLayer::finalize_mode() const { return impl_->finalize; }
+int64_t MoeLayer::expert_begin() const { return impl_->expert_begin; }
+int64_t MoeLayer::expert_count() const { return impl_->routed->w13.experts; }
 
 int64_t MoeLayer::weight_bytes() const {
   int64_t b = impl_->routed->w13.bytes() + impl_->routed->w2.bytes();
@@ -285,7 +339,7 @@ std::string MoeLayer::describe(int64_t tokens) const {
   const int64_t active = m.active_experts(tokens);
   std::ostringstream os;
   using kernels::DecodeEpilogue;
-  auto line = [&](const char* what, const DeviceProjection& w, double tpe, int64_t act, int64_t rows, DecodeEpilogue epi) {
+  auto line = [&](const char* what, const PreparedProjection& w, double tpe, int64_t act, int64_t rows, DecodeEpilogue epi) {
     const TileChoice c = m.choose_tile(w, tpe, act, epi);
     const plan::SmemPlan p = plan::plan_decode_tile(c.tile, w.n, w.k, m.budget);
     os << what << ": N " << w.n << " K " << w.k << ", tile " << p.config << " ("

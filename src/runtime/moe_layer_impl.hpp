@@ -19,22 +19,28 @@
 
 namespace fp4moe {
 
-struct DeviceProjection {  // one prepared projection of all experts
+struct PreparedProjection {  // one prepared projection of all experts
   DeviceBuffer<uint8_t> weights, scales;
   DeviceBuffer<float> dequant_scale;
   int scale_parts = 1;
   int64_t n = 0, k = 0, experts = 0;
   Fp4Format format = Fp4Format::nvfp4;
 
-  explicit DeviceProjection(const PreparedExpertWeights& p)
+  explicit PreparedProjection(const PreparedExpertWeights& p)
       : weights(p.weights), scales(p.scales), dequant_scale(p.dequant_scale), scale_parts(p.scale_parts), n(p.n),
         k(p.k), experts(p.experts), format(p.format) {}
+  PreparedProjection() = default;
   int64_t bytes() const { return int64_t(weights.bytes() + scales.bytes() + dequant_scale.bytes()); }
 };
 
 struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of experts
-  DeviceProjection w13, w2;
+  PreparedProjection w13, w2;
 };
+
+// Prepares one projection of `experts` experts [N, K] from device tensors on
+// the device (kernels/prepare_weights.cu). `what` names it in errors.
+PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format format, ScaleLayout layout, int64_t experts,
+                                     int64_t n, int64_t k, bool gated, bool up_first, const char* what);
 
 // Which tile a GEMM runs and why.
 struct TileChoice {
@@ -60,6 +66,7 @@ struct MoeLayer::Impl {
   std::optional<plan::TuneCache> cache;
   std::string cache_notice;
   std::unique_ptr<ExpertPair> routed, shared;
+  int64_t expert_begin = 0;  // the model's experts held: [expert_begin, expert_begin + routed experts)
   DeviceBuffer<float> bias;
   // workspace
   DeviceBuffer<int32_t> topk_ids, offsets, permuted_pair, permuted_token, pair_pos, dense_offsets, status;
@@ -78,6 +85,11 @@ struct MoeLayer::Impl {
     if (blas) cublasDestroy(blas);
   }
 
+  // Construction steps shared by both constructors (moe_layer.cpp).
+  void init_device(const MoeConfig& c, const LayerOptions& o);
+  void init_router(const uint16_t* router_weight, bool on_device);
+  void init_workspace();
+
   std::vector<std::optional<ForwardPlan>> forward_plans;  // [max_tokens + 1], filled on first use
 
   int64_t max_pairs() const { return opts.max_tokens * cfg.top_k; }
@@ -87,7 +99,7 @@ struct MoeLayer::Impl {
   }
   // Routed rows per expert and active experts of a forward: host estimates (no device read).
   double pairs_per_expert(int64_t tokens) const { return double(tokens * cfg.top_k) / double(cfg.num_experts); }
-  int64_t active_experts(int64_t tokens) const { return std::min<int64_t>(cfg.num_experts, tokens * cfg.top_k); }
+  int64_t active_experts(int64_t tokens) const { return std::min<int64_t>(routed->w13.experts, tokens * cfg.top_k); }
 
   const ForwardPlan& forward_plan(int64_t tokens) {
     std::optional<ForwardPlan>& p = forward_plans[size_t(tokens)];
@@ -109,7 +121,7 @@ struct MoeLayer::Impl {
 
   // A measurement holds for the epilogue it ran with (GEMM2's depends on the
   // finalize mode) and with or without the split-K workspace.
-  plan::TuneKey tune_key(const DeviceProjection& w, double tokens_per_expert, kernels::DecodeEpilogue epi) const {
+  plan::TuneKey tune_key(const PreparedProjection& w, double tokens_per_expert, kernels::DecodeEpilogue epi) const {
     const char* e = epi == kernels::DecodeEpilogue::swiglu ? "swiglu"
                     : epi == kernels::DecodeEpilogue::scatter_add ? "scatter_add" : "store";
     return {std::string("decode ") + e + (split_k.size() ? " split-k" : ""), to_string(w.format), w.n, w.k, w.experts,
@@ -118,7 +130,7 @@ struct MoeLayer::Impl {
 
   // The tuned tile for this GEMM and bucket when the cache has one that the
   // planner still accepts here; otherwise the planner's ranking.
-  TileChoice choose_tile(const DeviceProjection& w, double tokens_per_expert, int64_t active,
+  TileChoice choose_tile(const PreparedProjection& w, double tokens_per_expert, int64_t active,
                          kernels::DecodeEpilogue epi) const {
     TileChoice c;
     if (cache) {
@@ -138,8 +150,9 @@ struct MoeLayer::Impl {
   }
 
   // A GEMM over `rows` permuted rows, with the layer's split-K workspace.
-  kernels::DecodeGemmArgs gemm_args(const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather, int64_t rows,
-                                    const int32_t* offs, kernels::DecodeEpilogue epi, __nv_bfloat16* y) const {
+  kernels::DecodeGemmArgs gemm_args(const PreparedProjection& w, const __nv_bfloat16* x, const int32_t* gather, int64_t rows,
+                                    const int32_t* offs, kernels::DecodeEpilogue epi, __nv_bfloat16* y,
+                                    const float* weights = nullptr) const {
     kernels::DecodeGemmArgs a;
     a.weights = w.weights.get();
     a.scales = w.scales.get();
@@ -161,7 +174,7 @@ struct MoeLayer::Impl {
     if (epi == kernels::DecodeEpilogue::scatter_add) {
       a.accumulate = accumulate.get();
       a.permuted_pair = permuted_pair.get();
-      a.topk_weights = topk_weights.get();
+      a.topk_weights = weights ? weights : topk_weights.get();
       a.top_k = static_cast<int>(cfg.top_k);
     }
     a.split_workspace = split_k.size() ? split_k.get() : nullptr;
@@ -188,12 +201,14 @@ struct MoeLayer::Impl {
     kernels::launch_route(r, stream);
   }
 
-  void permute(cudaStream_t stream, int64_t tokens) {
+  void permute(cudaStream_t stream, const int32_t* ids, int64_t tokens) {
     const MoeConfig& c = cfg;
     kernels::PermuteArgs pa;
-    pa.topk_ids = topk_ids.get();
+    pa.topk_ids = ids;
     pa.tokens = tokens;
-    pa.experts = static_cast<int>(c.num_experts);
+    pa.experts = static_cast<int>(routed->w13.experts);
+    pa.expert_begin = static_cast<int>(expert_begin);
+    pa.global_experts = static_cast<int>(c.num_experts);
     pa.top_k = static_cast<int>(c.top_k);
     pa.expert_offsets = offsets.get();
     pa.permuted_pair = permuted_pair.get();
@@ -208,10 +223,10 @@ struct MoeLayer::Impl {
   // One GEMM with tile c over `rows` permuted rows: x has `rows` rows in order
   // (gather null) or they are gathered from x. A warp-specialized tile loads
   // rows in expert order by TMA: the launch first copies gathered rows into x_permuted.
-  void launch_gemm(const TileChoice& c, const DeviceProjection& w, const __nv_bfloat16* x, const int32_t* gather,
+  void launch_gemm(const TileChoice& c, const PreparedProjection& w, const __nv_bfloat16* x, const int32_t* gather,
                    int64_t rows, const int32_t* offs, kernels::DecodeEpilogue epi, __nv_bfloat16* y,
-                   cudaStream_t stream) {
-    kernels::DecodeGemmArgs a = gemm_args(w, x, gather, rows, offs, epi, y);
+                   cudaStream_t stream, const float* routing_weights = nullptr) {
+    kernels::DecodeGemmArgs a = gemm_args(w, x, gather, rows, offs, epi, y, routing_weights);
     if (gather && int64_t(x_permuted.size()) >= rows * w.k) a.gather_workspace = x_permuted.get();
     kernels::launch_decode_grouped_gemm(a, {c.tile, c.stages, 0, 0}, stream);
   }
