@@ -1,0 +1,117 @@
+#include "plan/plan_query.hpp"
+
+#include <cstdio>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "fp4moe/error.hpp"
+#include "plan/arch.hpp"
+#include "plan/decode_plan.hpp"
+
+namespace fp4moe::plan {
+namespace {
+
+using json = nlohmann::json;
+namespace cm = cutlass;
+
+void parse_tile(const std::string& s, int& m, int& n, int& k) {
+  char x1 = 0, x2 = 0;
+  int consumed = 0;
+  const int got = std::sscanf(s.c_str(), "%d%c%d%c%d%n", &m, &x1, &n, &x2, &k, &consumed);
+  FP4MOE_CHECK(got == 5 && (x1 == 'x' || x1 == 'X') && (x2 == 'x' || x2 == 'X') && consumed == int(s.size()) && m > 0 &&
+                   n > 0 && k > 0,
+               "tile '" << s << "' is not MxNxK with positive integers (e.g. 128x256x128)");
+}
+
+int decode_tile_index(const std::string& s) {
+  for (int i = 0; i < kNumDecodeTiles; ++i)
+    if (decode_tile_name(i) == s || std::to_string(i) == s) return i;
+  std::string known;
+  for (int i = 0; i < kNumDecodeTiles; ++i) known += (i ? ", " : "") + decode_tile_name(i);
+  throw Error("tile '" + s + "' is not a decode tile (known: " + known + ")");
+}
+
+json terms_json(const std::vector<cm::Term>& terms) {
+  json a = json::array();
+  for (const auto& t : terms) a.push_back({{"name", t.name}, {"bytes", t.bytes}, {"source", t.source}});
+  return a;
+}
+
+}  // namespace
+
+PlanAnswer answer(const PlanQuery& q) {
+  FP4MOE_CHECK(!q.arch.empty(), "arch is required (e.g. sm120)");
+  const Arch& arch = find_arch(q.arch);
+  PlanAnswer a;
+  if (q.kernel == "decode") {
+    FP4MOE_CHECK(q.n > 0 && q.k > 0, "n = " << q.n << " and k = " << q.k << " must be positive");
+    const int only = q.sweep ? -1 : decode_tile_index(q.tile);
+    for (int i = 0; i < kNumDecodeTiles; ++i)
+      if (q.sweep || i == only) a.decode.push_back(plan_decode_tile(i, q.n, q.k, arch, q.stages));
+    return a;
+  }
+  FP4MOE_CHECK(q.kernel == "cutlass" || q.kernel == "trtllm",
+               "kernel '" << q.kernel << "' is not one of cutlass (alias trtllm), decode");
+  const cm::Version version = q.cutlass_version.empty() ? cm::kFlashInferPin : cm::parse_version(q.cutlass_version);
+  const cm::Format format = cm::parse_format(q.format);
+  if (q.sweep) {
+    a.cutlass = cm::sweep(arch.cc, format, version);
+    return a;
+  }
+  cm::Config c;
+  c.cc = arch.cc;
+  c.format = format;
+  parse_tile(q.tile, c.tile_m, c.tile_n, c.tile_k);
+  c.epilogue = cm::parse_epilogue(q.epilogue);
+  c.swap_ab = q.swap_ab;
+  c.version = version;
+  c.forced_stages = q.stages;
+  cm::check(c);
+  a.cutlass.push_back(cm::analyze(c));
+  return a;
+}
+
+json to_json(const cm::Report& r) {
+  const cm::Config& c = r.model.config;
+  json sug = json::array();
+  for (const auto& s : r.suggestions)
+    sug.push_back({{"kind", s.kind}, {"text", s.text}, {"stages", s.stages}, {"smem_bytes", s.smem_bytes}, {"fits", s.fits}});
+  return {{"arch", r.arch},
+          {"kernel", "cutlass_blockscaled_grouped"},
+          {"cutlass", cm::to_string(c.version)},
+          {"format", std::string(cm::to_string(c.format))},
+          {"tile", fmt::format("{}x{}x{}", c.tile_m, c.tile_n, c.tile_k)},
+          {"epilogue", std::string(cm::to_string(c.epilogue))},
+          {"swap_ab", c.swap_ab},
+          {"capacity", r.limit},
+          {"stages", r.model.builder.stages},
+          {"smem_bytes", r.model.kernel.total},
+          {"builder_believes_bytes", r.model.builder.believed_bytes()},
+          {"fits", r.fits},
+          {"verdict", std::string(cm::to_string(r.verdict))},
+          {"headroom", r.headroom},
+          {"terms", {{"builder", terms_json(r.builder_terms)}, {"epilogue", terms_json(r.epilogue_terms)},
+                     {"kernel", terms_json(r.kernel_terms)}}},
+          {"explanation", r.explanation},
+          {"suggestions", sug}};
+}
+
+json to_json(const SmemPlan& p) {
+  json terms = json::array();
+  for (const auto& t : p.terms) terms.push_back({{"name", t.name}, {"bytes", t.bytes}, {"note", t.note}});
+  return {{"arch", p.arch},       {"kernel", p.kernel},         {"tile", p.config},
+          {"capacity", p.capacity}, {"stages", p.stages},       {"per_stage", p.per_stage},
+          {"smem_bytes", p.smem_bytes}, {"fits", p.fits},       {"headroom", p.headroom},
+          {"terms", terms},       {"explanation", p.explanation}, {"suggestions", p.suggestions},
+          {"threads", p.threads}, {"ctas_per_sm", p.ctas_per_sm}};
+}
+
+json to_json(const PlanQuery& q, const PlanAnswer& a) {
+  json all = json::array();
+  for (const SmemPlan& p : a.decode) all.push_back(to_json(p));
+  for (const cm::Report& r : a.cutlass) all.push_back(to_json(r));
+  return q.sweep ? all : all.at(0);
+}
+
+}  // namespace fp4moe::plan
