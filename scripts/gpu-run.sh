@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|bench|decode|prefill|rate|layer|host|modelopt|sanitize|all]
+#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|layer|host|modelopt|sanitize|all]
 #   (bench: GEMM tiles at decode and prefill sizes and the K loop's wgmma rate; decode, prefill: those sizes only;
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
 #    host: the router kernels by token count (bench_route) and a forward's host time (bench_host_overhead);
+#    python: the Python package's torch tests and its op overhead, from a wheel in WHEELS (default .whl:
+#    fp4moe-*.whl and apache_tvm_ffi-*.whl, installed under /tmp/site);
 #    modelopt: NVFP4 test vectors from ModelOpt's own code, MODELOPT_WHEEL=path of the nvidia-modelopt wheel
 #    (default .whl/nvidia_modelopt-*.whl), written to $OUT/modelopt_nvfp4_vectors.safetensors)
 # PACK=1 leaves one file, $OUT/gpu-run.tar.gz, holding every log (the device tool returns at most 8 files).
@@ -14,8 +16,8 @@ OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
 WHAT=${1:-all}
 case "$WHAT" in
-  tests|bench|decode|prefill|rate|layer|host|modelopt|sanitize|all) ;;
-  *) echo "gpu-run: mode '$WHAT' is not one of tests, bench, decode, prefill, rate, layer, host, modelopt, sanitize, all" >&2; exit 2 ;;
+  tests|python|bench|decode|prefill|rate|layer|host|modelopt|sanitize|all) ;;
+  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, layer, host, modelopt, sanitize, all" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null)
@@ -34,6 +36,20 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
   rc=${PIPESTATUS[0]}
   summary+=("gpu tests: rc=$rc, $(grep -c '^\[       OK \]' "$OUT/gpu_tests.log") ok, $(grep -c '^\[  FAILED  \]' "$OUT/gpu_tests.log") failed lines, $(( $(date +%s) - start )) s")
   summary+=("slowest gpu tests (ms): $(sed -nE 's/^\[       OK \] (\S+) \(([0-9]+) ms\)/\2 \1/p' "$OUT/gpu_tests.log" | sort -rn | head -6 | tr '\n' ' ')")
+fi
+if [ "$WHAT" = python ] || [ "$WHAT" = all ]; then
+  WHEELS=${WHEELS:-.whl}
+  if ls "$WHEELS"/fp4moe-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      "$WHEELS"/fp4moe-*.whl "$WHEELS"/apache_tvm_ffi-*.whl > "$OUT/python_install.log" 2>&1
+    start=$(date +%s)
+    PYTHONPATH=/tmp/site python3 -m pytest -q -p no:cacheprovider tests/python/gpu 2>&1 | tee "$OUT/python_tests.log"
+    summary+=("python torch tests: rc=${PIPESTATUS[0]}, $(tail -1 "$OUT/python_tests.log"), $(( $(date +%s) - start )) s")
+    PYTHONPATH=/tmp/site python3 bench/python_op_overhead.py --out "$OUT/python_op_overhead.json" > "$OUT/python_op_overhead.txt" 2>&1
+    summary+=("bench/python_op_overhead.py: rc=$?")
+  else
+    summary+=("python: no fp4moe wheel in $WHEELS (scripts/build-wheel.sh builds one)")
+  fi
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = decode ] || [ "$WHAT" = prefill ] || [ "$WHAT" = all ]; then
   if [ -x "$BIN/bench_decode_gemm" ]; then
@@ -137,7 +153,7 @@ for kind in decode prefill permuted; do
   if [ -f "$OUT/bench_${kind}_table.txt" ]; then cat "$OUT/bench_${kind}_table.txt"; fi
 done
 if [ -f "$OUT/bench_wgmma_rate.txt" ]; then cat "$OUT/bench_wgmma_rate.txt"; fi
-for f in bench_route bench_host_overhead; do [ -f "$OUT/$f.txt" ] && cat "$OUT/$f.txt"; done
+for f in bench_route bench_host_overhead python_op_overhead; do [ -f "$OUT/$f.txt" ] && cat "$OUT/$f.txt"; done
 if [ -f "$OUT/tune.log" ]; then tail -32 "$OUT/tune.log"; fi
 if [ -f "$OUT/bench/bench.md" ]; then cat "$OUT/bench/bench.md"; fi
 if [ "${PACK:-0}" = 1 ]; then

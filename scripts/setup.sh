@@ -24,6 +24,15 @@ PIP_PACKAGES=(
   # nvcc 13.0's sm_90a and sm_120a objects (checked on both when it was pinned).
   "nvidia-cuda-cuobjdump==13.2.51"
   "nvidia-cuda-nvdisasm==13.2.51"
+  # the Python package: its build backend and binding (pyproject.toml pins the same), and pytest
+  "scikit-build-core==0.11.6"
+  "packaging==24.2"
+  "pathspec==0.12.1"
+  "apache-tvm-ffi==0.1.15.post2"
+  "typing_extensions==4.15.0"
+  "pytest==8.3.4"
+  "iniconfig==2.0.0"
+  "pluggy==1.5.0"
 )
 
 need_apt=0

@@ -8,3 +8,5 @@ bash scripts/setup.sh
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build/release -j"$(nproc)"
 ctest --test-dir build/release --output-on-failure -j"$(nproc)"
+# The Python package, installed in a fresh virtual environment, and its CPU tests.
+bash scripts/test-python.sh

@@ -1,0 +1,155 @@
+"""The Python package without a GPU or PyTorch: formats, the planner, configs,
+the CPU reference router and layer on numpy arrays (through DLPack), and every
+argument error naming the argument."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import fp4moe
+
+
+def test_version_and_presets():
+    assert fp4moe.__version__.count(".") == 2
+    names = fp4moe.preset_names()
+    assert {"glm5", "deepseek-v3", "mixtral"} <= set(names)
+    g = fp4moe.preset("glm5")
+    assert (g["hidden"], g["intermediate"], g["num_experts"], g["top_k"]) == (6144, 2048, 256, 8)
+    assert g["scoring"] == "sigmoid" and g["use_correction_bias"] and g["routed_scaling_factor"] == 2.5
+
+
+def test_hf_config(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "hidden_size": 512, "moe_intermediate_size": 128, "n_routed_experts": 16, "num_experts_per_tok": 4,
+        "scoring_func": "sigmoid", "topk_method": "noaux_tc", "n_group": 4, "topk_group": 2, "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5, "n_shared_experts": 1}))
+    c = fp4moe.config_from_hf(tmp_path)
+    assert (c["hidden"], c["num_experts"], c["top_k"], c["n_group"], c["topk_group"]) == (512, 16, 4, 4, 2)
+    with pytest.raises(ValueError, match="config.json"):
+        fp4moe.config_from_hf(tmp_path / "missing")
+
+
+def test_quantize_round_trip_is_exact_and_modelopt_shaped():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    p, s, ws2 = fp4moe.quantize(x)
+    assert p.shape == (64, 128) and s.shape == (64, 16) and p.dtype == np.uint8
+    assert ws2 == pytest.approx(np.abs(x).max() / 2688, rel=1e-6)
+    y = fp4moe.dequantize(p, s, ws2)
+    # quantizing the dequantized values again gives the same codes (they are representable)
+    p2, s2, _ = fp4moe.quantize(y, amax=float(np.abs(x).max()))
+    assert np.array_equal(p, p2) and np.array_equal(s, s2)
+    assert np.linalg.norm(y - x) / np.linalg.norm(x) < 0.15
+    pm, sm, _ = fp4moe.quantize(x, "mxfp4")
+    assert sm.shape == (64, 8)
+    ym = fp4moe.dequantize(pm, sm, 1.0, "mxfp4")
+    assert np.linalg.norm(ym - x) / np.linalg.norm(x) < 0.2
+
+
+def test_quantize_errors_name_the_value():
+    with pytest.raises(ValueError, match="multiple of the nvfp4 block 16"):
+        fp4moe.quantize(np.ones((4, 24), np.float32))
+    with pytest.raises(ValueError, match="format 'fp8'"):
+        fp4moe.quantize(np.ones((4, 32), np.float32), "fp8")
+    with pytest.raises(ValueError, match="2-D"):
+        fp4moe.quantize(np.ones(32, np.float32))
+    x = np.ones((4, 32), np.float32)
+    x[1, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN|nan"):
+        fp4moe.quantize(x)
+
+
+def test_plan_gives_the_planners_terms():
+    r = fp4moe.plan("sm120", tile="128x256x128", epilogue="finalize")
+    assert r["capacity"] == 101376 and not r["fits"] and r["headroom"] == -1024
+    assert any(s["kind"] == "stages" for s in r["suggestions"])
+    d = fp4moe.plan("sm90", kernel="decode", sweep=True, n=4096, k=6144)
+    assert isinstance(d, list) and len(d) > 10 and all("terms" in p for p in d)
+    with pytest.raises(ValueError, match="unknown argument 'tiles'"):
+        fp4moe.plan("sm90", tiles="1")
+    with pytest.raises(ValueError, match="sm77"):
+        fp4moe.plan("sm77")
+
+
+def random_layer(cfg, rng):
+    E, H, I = cfg["num_experts"], cfg["hidden"], cfg["intermediate"]
+
+    def q(E, n, k, parts):
+        w, s, g = [], [], []
+        for _ in range(E):
+            ps = [fp4moe.quantize(rng.standard_normal((n // parts, k)).astype(np.float32) * 0.5) for _ in range(parts)]
+            w.append(np.concatenate([p[0] for p in ps])), s.append(np.concatenate([p[1] for p in ps]))
+            g.append([p[2] for p in ps])
+        g = np.array(g, np.float32)
+        return np.stack(w), np.stack(s), g if parts == 2 else g[:, 0].copy()
+
+    return q(E, 2 * I, H, 2) + q(E, H, I, 1)
+
+
+def dense_reference(cfg, t, x, ids, w):
+    """The layer in float64 numpy from dequantized weights: an independent check of the native reference."""
+    w13, s13, g13, w2, s2, g2 = t
+    I = cfg["intermediate"]
+    out = np.zeros(x.shape, np.float64)
+    for tok in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e = ids[tok, j]
+            gate = fp4moe.dequantize(w13[e, :I], s13[e, :I], g13[e, 0]).astype(np.float64)
+            up = fp4moe.dequantize(w13[e, I:], s13[e, I:], g13[e, 1]).astype(np.float64)
+            down = fp4moe.dequantize(w2[e], s2[e], g2[e]).astype(np.float64)
+            a, b = gate @ x[tok], up @ x[tok]
+            h = a / (1 + np.exp(-a)) * b
+            out[tok] += w[tok, j] * (down @ h)
+    return out
+
+
+def test_reference_layer_and_router():
+    cfg = dict(fp4moe.preset("mixtral-small"))
+    rng = np.random.default_rng(1)
+    t = random_layer(cfg, rng)
+    T = 5
+    x = rng.standard_normal((T, cfg["hidden"])).astype(np.float32)
+    logits = rng.standard_normal((T, cfg["num_experts"])).astype(np.float32)
+    ids, w = fp4moe.route(cfg, logits)
+    assert ids.shape == (T, cfg["top_k"]) and ids.dtype == np.int32
+    # softmax over the chosen logits (renormalised): the top-k by logit, weights summing to 1
+    assert np.array_equal(ids, np.argsort(-logits, axis=1, kind="stable")[:, : cfg["top_k"]])
+    assert np.allclose(w.sum(axis=1), 1.0, atol=1e-6)
+    y = fp4moe.moe_forward(cfg, *t, x, router_logits=logits)
+    y2 = fp4moe.moe_forward(cfg, *t, x, topk_ids=ids, topk_weights=w)
+    assert np.array_equal(y, y2)
+    ref = dense_reference(cfg, t, x.astype(np.float64), ids, w)
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 1e-6
+
+
+def test_reference_layer_errors_name_the_argument():
+    cfg = dict(fp4moe.preset("mixtral-small"))
+    rng = np.random.default_rng(2)
+    t = random_layer(cfg, rng)
+    x = rng.standard_normal((3, cfg["hidden"])).astype(np.float32)
+    logits = rng.standard_normal((3, cfg["num_experts"])).astype(np.float32)
+    with pytest.raises(ValueError, match="w2_scale: expected"):
+        fp4moe.moe_forward(cfg, t[0], t[1], t[2], t[3], t[4][:, :, :-1].copy(), t[5], x, router_logits=logits)
+    with pytest.raises(ValueError, match="w13: expected a contiguous uint8"):
+        fp4moe.moe_forward(cfg, t[0].astype(np.int32), *t[1:], x, router_logits=logits)
+    with pytest.raises(ValueError, match="router_logits"):
+        fp4moe.moe_forward(cfg, *t, x, router_logits=logits[:, :3].copy())
+    with pytest.raises(ValueError, match="topk_ids"):
+        fp4moe.moe_forward(cfg, *t, x, topk_ids=np.zeros((3, 2), np.int64), topk_weights=np.ones((3, 2), np.float32))
+    with pytest.raises(ValueError, match="expert id"):
+        fp4moe.moe_forward(cfg, *t, x, topk_ids=np.full((3, 2), 99, np.int32), topk_weights=np.ones((3, 2), np.float32))
+    with pytest.raises(ValueError, match="unknown key 'hiden'"):
+        fp4moe.moe_forward(dict(cfg, hiden=3), *t, x, router_logits=logits)
+    with pytest.raises(ValueError, match="NVFP4 needs"):
+        fp4moe.moe_forward(cfg, t[0], t[1], None, t[3], t[4], t[5], x, router_logits=logits, format="nvfp4")
+
+
+def test_gpu_layer_without_a_gpu_says_so():
+    if os.path.exists("/dev/nvidia0"):
+        pytest.skip("a GPU is present: the GPU tests cover the layer")
+    cfg = dict(fp4moe.preset("mixtral-small"))
+    t = random_layer(cfg, np.random.default_rng(3))
+    with pytest.raises(ValueError, match="w13: expected a CUDA tensor"):
+        fp4moe.MoeLayer.from_tensors(cfg, *t)
