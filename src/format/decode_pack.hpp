@@ -54,14 +54,18 @@ FP4MOE_HD void unpack_word(uint32_t w, uint32_t out[4]) {
   out[3] = ((w << 6) & kReg3ShiftMask) | (rotate_left(w, 14) & kReg3RotateMask);
 }
 
-// Place a 4-bit e2m1 code for (reg, half) into a word.
-constexpr uint32_t place_code(uint32_t word, int reg, int half, uint8_t code) {
-  const CodeBits b = kCodeBits[reg][half];
+// Place a 4-bit e2m1 code at bit positions b into a word.
+FP4MOE_HD constexpr uint32_t place_code_bits(uint32_t word, CodeBits b, uint8_t code) {
   word |= uint32_t((code >> 3) & 1) << b.sign;
   word |= uint32_t((code >> 2) & 1) << b.m2;
   word |= uint32_t((code >> 1) & 1) << b.m1;
   word |= uint32_t(code & 1) << b.m0;
   return word;
+}
+// The same for (reg, half). Host only: device code takes the positions as a
+// constant expression (kCodeBits lives in host memory).
+constexpr uint32_t place_code(uint32_t word, int reg, int half, uint8_t code) {
+  return place_code_bits(word, kCodeBits[reg][half], code);
 }
 
 // Block scales are stored in a prepared byte "UE5M3": value 2^(e' - bias) * (1 + m/8)

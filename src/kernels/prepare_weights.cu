@@ -33,8 +33,11 @@ struct Source {
   }
 };
 
-__device__ uint32_t place_pair(uint32_t word, int reg, uint8_t byte) {
-  return pack::place_code(pack::place_code(word, reg, 0, byte & 15), reg, 1, uint8_t(byte >> 4));
+// The two codes of one checkpoint byte (columns c, c + 1) into register kReg's halves.
+template <int kReg>
+__device__ __forceinline__ uint32_t place_pair(uint32_t word, uint8_t byte) {
+  constexpr pack::CodeBits lo = pack::kCodeBits[kReg][0], hi = pack::kCodeBits[kReg][1];
+  return pack::place_code_bits(pack::place_code_bits(word, lo, byte & 15), hi, uint8_t(byte >> 4));
 }
 
 __global__ void __launch_bounds__(256) prepare_codes_kernel(const PrepareWeightsArgs a) {
@@ -52,10 +55,10 @@ __global__ void __launch_bounds__(256) prepare_codes_kernel(const PrepareWeights
     const bool z0 = src.zero_block(r0, c), z1 = src.zero_block(r1, c);
     // reg = (row + 8) + 2 (column + 8): bytes at rows r0, r1 and columns c, c + 8
     uint32_t w = 0;
-    w = place_pair(w, 0, z0 ? 0 : src.codes(r0, c)[0]);
-    w = place_pair(w, 1, z1 ? 0 : src.codes(r1, c)[0]);
-    w = place_pair(w, 2, z0 ? 0 : src.codes(r0, c)[4]);
-    w = place_pair(w, 3, z1 ? 0 : src.codes(r1, c)[4]);
+    w = place_pair<0>(w, z0 ? 0 : src.codes(r0, c)[0]);
+    w = place_pair<1>(w, z1 ? 0 : src.codes(r1, c)[0]);
+    w = place_pair<2>(w, z0 ? 0 : src.codes(r0, c)[4]);
+    w = place_pair<3>(w, z1 ? 0 : src.codes(r1, c)[4]);
     *reinterpret_cast<uint32_t*>(out + pack::word_offset(a.k, rg, kc, lane, t)) = w;
   }
 }

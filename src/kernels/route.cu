@@ -1,8 +1,9 @@
 // GPU router: one warp per token; the CPU reference's rule and arithmetic
 // (src/reference/router_math.hpp), so the choice and the weights are bitwise
 // the same. Ties: higher score first, then lower expert id. At one token the
-// whole kernel is one warp's dependent chain: the top-k takes one redux.sync
-// pair per chosen expert, and the k weights are computed in k lanes at once.
+// whole kernel is one warp's dependent chain: a lane's scores stay in
+// registers, the top-k takes one redux.sync pair per chosen expert, and the k
+// weights are computed in k lanes at once.
 #include <cfloat>
 #include <climits>
 
@@ -49,44 +50,44 @@ __device__ __forceinline__ float ordered_sum(float v, int k) {
   return sum;
 }
 
+// kPerLane: experts per lane (E <= 32 kPerLane); a lane's scores live in
+// registers, so the top-k rounds read no shared memory.
+template <int kPerLane>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteArgs a) {
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
   const int E = a.experts, k = a.top_k;
-  float* c = smem + warp * (2 * E);  // choice score
-  float* s = c + E;                  // sigmoid score (the weights); the bias until then
+  float* c = smem + warp * (2 * E);  // choice score (grouping, softmax weights)
+  float* s = c + E;                  // sigmoid score (the weights)
   // The bias is a weight, not the previous kernel's output: read before waiting for it.
-  if (a.bias && t < a.tokens)
-    for (int e = lane; e < E; e += 32) s[e] = __ldg(a.bias + e);
+  float bias[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) bias[i] = a.bias && lane + 32 * i < E ? __ldg(a.bias + lane + 32 * i) : 0.f;
   wait_for_prior_grid();
   allow_dependent_grids();
   if (t >= a.tokens) return;
   const float* row = a.logits + t * E;
 
-  // A lane's logits are loaded kLoadsInFlight at a time, all issued before the
-  // first is used: one L2 round trip for E = 256 instead of one per expert (the
-  // compiler cannot move a load above the shared-memory stores of the step before).
-  constexpr int kLoadsInFlight = 8;
+  // Every load of the lane issued before the first is used: one L2 round trip.
+  float cv[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) cv[i] = lane + 32 * i < E ? __ldg(row + lane + 32 * i) : 0.f;
   bool bad = false;
-  for (int base = lane; base < E; base += 32 * kLoadsInFlight) {
-    float l[kLoadsInFlight];
 #pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) l[u] = base + 32 * u < E ? __ldg(row + base + 32 * u) : 0.f;
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int e = base + 32 * u;
-      if (e >= E) break;
-      float v = l[u];
-      if (!isfinite(v)) bad = true, v = 0.f;
-      if (a.sigmoid) {
-        const float sv = rm::sigmoidf_exact(v);
-        c[e] = a.bias ? rm::fadd(sv, s[e]) : sv;
-        s[e] = sv;
-      } else {
-        c[e] = v;  // softmax is monotone: choose by logit
-      }
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    if (e >= E) break;
+    float v = cv[i];
+    if (!isfinite(v)) bad = true, v = 0.f;
+    if (a.sigmoid) {
+      const float sv = rm::sigmoidf_exact(v);
+      cv[i] = a.bias ? rm::fadd(sv, bias[i]) : sv;
+      s[e] = sv;
+    } else {
+      cv[i] = v;  // softmax is monotone: choose by logit
     }
+    c[e] = cv[i];
   }
   bad = __any_sync(0xffffffffu, bad);
   __syncwarp();
@@ -114,19 +115,23 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteA
     }
   }
 
-  // Top-k: each lane keeps the best of its remaining experts e = lane + 32 i;
-  // a round takes the warp's largest score key, the smallest id among equal
-  // ones (the reference's order), and only the lane it came from looks again.
-  uint32_t taken = 0, key = 0;
+  // Top-k: each lane keeps its experts' score keys (0: none, or taken); a
+  // round takes the warp's largest key, the smallest id among equal ones (the
+  // reference's order), and only the lane it came from looks again.
+  uint32_t keys[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    const bool live = e < E && (!grouped || ((group_ok >> (e / (E / a.n_group))) & 1));
+    keys[i] = live ? score_key(cv[i]) : 0u;
+  }
+  uint32_t key = 0;
   int id = INT_MAX;
   auto lane_best = [&] {
     key = 0, id = INT_MAX;
-    for (int i = 0, e = lane; e < E; ++i, e += 32) {
-      if ((taken >> i) & 1) continue;
-      if (grouped && !((group_ok >> (e / (E / a.n_group))) & 1)) continue;
-      const uint32_t kv = score_key(c[e]);
-      if (kv > key) key = kv, id = e;  // strictly: the smaller id keeps a tie
-    }
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (keys[i] > key) key = keys[i], id = lane + 32 * i;  // strictly: the smaller id keeps a tie
   };
   lane_best();
   int my_id = 0;  // lane j < k: the expert of slot j
@@ -135,7 +140,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteA
     const int winner = int(__reduce_min_sync(0xffffffffu, key == best ? uint32_t(id) : 0xffffffffu));
     if (lane == j) my_id = winner;
     if (lane == winner % 32) {
-      taken |= 1u << (winner / 32);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+        if (i == winner / 32) keys[i] = 0;
       lane_best();
     }
   }
@@ -183,7 +190,14 @@ void launch_route(const RouteArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return;
   const size_t smem = size_t(kWarpsPerBlock) * (2 * a.experts) * sizeof(float);
   const int64_t blocks = (a.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  launch_dependent(route_kernel, static_cast<unsigned>(blocks), kWarpsPerBlock * 32, smem, stream, a);
+  const unsigned grid = static_cast<unsigned>(blocks);
+  const int per_lane = (a.experts + 31) / 32;
+  if (per_lane <= 1) launch_dependent(route_kernel<1>, grid, kWarpsPerBlock * 32, smem, stream, a);
+  else if (per_lane <= 2) launch_dependent(route_kernel<2>, grid, kWarpsPerBlock * 32, smem, stream, a);
+  else if (per_lane <= 4) launch_dependent(route_kernel<4>, grid, kWarpsPerBlock * 32, smem, stream, a);
+  else if (per_lane <= 8) launch_dependent(route_kernel<8>, grid, kWarpsPerBlock * 32, smem, stream, a);
+  else if (per_lane <= 16) launch_dependent(route_kernel<16>, grid, kWarpsPerBlock * 32, smem, stream, a);
+  else launch_dependent(route_kernel<32>, grid, kWarpsPerBlock * 32, smem, stream, a);
   FP4MOE_CHECK_LAUNCH("route_kernel");
 }
 

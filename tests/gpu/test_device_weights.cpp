@@ -68,7 +68,7 @@ void expect_same(const PreparedProjection& got, const PreparedExpertWeights& wan
 
 TEST(GpuDeviceWeights, PrepareOnTheGpuEqualsTheHostPrepare) {
   FP4MOE_REQUIRE_GPU();
-  const int64_t E = 3, I = 96, H = 256;
+  const int64_t E = 3, I = 128, H = 256;
   for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4})
     for (ScaleLayout layout : {ScaleLayout::linear, ScaleLayout::swizzled_128x4}) {
       const std::string what = std::string(to_string(f)) + (layout == ScaleLayout::linear ? " linear" : " swizzled");
