@@ -1,8 +1,9 @@
 """Host time per eager forward at T = 1 through Python: the native tvm-ffi call,
-fp4moe.MoeLayer.__call__, and torch.ops.fp4moe.moe_forward_out, each over
-batches of 100 calls issued back to back (fewer launches than the launch queue
-holds, so the loop's wall time is host time), median over batches. The C++
-layer's own host time per forward is bench_host_overhead's figure."""
+fp4moe.MoeLayer.__call__, and torch.ops.fp4moe.moe_forward(_out), each timed
+per call as bench_host_overhead times the C++ layer's forward (the stream
+synchronised every 16 calls, so the launch queue never fills; median of 2000
+calls). scripts/gpu-run.sh python runs bench_host_overhead on the same preset
+beside it: the difference is what Python and PyTorch add."""
 
 import argparse
 import json
@@ -19,17 +20,18 @@ import fp4moe.torch as ft  # noqa: E402
 from weights import layer_from, make  # noqa: E402
 
 
-def per_call_us(f, batches=30, calls=100):
-    for _ in range(calls):
+def per_call_us(f, calls=2000):
+    for _ in range(32):
         f()
     torch.cuda.synchronize()
     t = []
-    for _ in range(batches):
+    for i in range(calls):
         a = time.perf_counter()
-        for _ in range(calls):
-            f()
-        t.append((time.perf_counter() - a) / calls * 1e6)
-        torch.cuda.synchronize()
+        f()
+        t.append((time.perf_counter() - a) * 1e6)
+        if i % 16 == 15:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
     return statistics.median(t)
 
 
@@ -46,13 +48,19 @@ def main():
     out = torch.empty_like(x)
     native = fp4moe._native.fn("layer_forward")
     s = torch.cuda.current_stream().cuda_stream
-    rows = {
-        "native tvm-ffi call": per_call_us(lambda: native(layer._native, x, logits, out, s)),
-        "MoeLayer.__call__": per_call_us(lambda: layer(x, logits, out=out)),
-        "torch.ops.fp4moe.moe_forward_out": per_call_us(lambda: torch.ops.fp4moe.moe_forward_out(x, logits, lid, out)),
-        "torch.ops.fp4moe.moe_forward": per_call_us(lambda: torch.ops.fp4moe.moe_forward(x, logits, lid)),
+    variants = {
+        "native tvm-ffi call": lambda: native(layer._native, x, logits, out, s),
+        "MoeLayer.__call__": lambda: layer(x, logits, out=out),
+        "torch.ops.fp4moe.moe_forward_out": lambda: torch.ops.fp4moe.moe_forward_out(x, logits, lid, out),
+        "torch.ops.fp4moe.moe_forward": lambda: torch.ops.fp4moe.moe_forward(x, logits, lid),
     }
-    print(f"{a.model}, T = 1: host time per eager forward (us), median of 30 batches of 100 calls")
+    # rounds that rotate through the variants, so a drift of the host or the clock moves all alike
+    samples = {k: [] for k in variants}
+    for _ in range(5):
+        for k, f in variants.items():
+            samples[k].append(per_call_us(f, calls=400))
+    rows = {k: statistics.median(v) for k, v in samples.items()}
+    print(f"{a.model}, T = 1: host time per eager forward (us), median of 5 rotated rounds of 400 calls")
     for k, v in rows.items():
         print(f"  {k:<36} {v:7.2f}")
     if a.out:

@@ -43,10 +43,12 @@ if [ "$WHAT" = python ] || [ "$WHAT" = all ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
       "$WHEELS"/fp4moe-*.whl "$WHEELS"/apache_tvm_ffi-*.whl > "$OUT/python_install.log" 2>&1
     start=$(date +%s)
-    PYTHONPATH=/tmp/site python3 -m pytest -q -p no:cacheprovider tests/python/gpu 2>&1 | tee "$OUT/python_tests.log"
+    PYTHONPATH=/tmp/site python3 -m pytest -q -rP -p no:cacheprovider tests/python/gpu 2>&1 | tee "$OUT/python_tests.log"
     summary+=("python torch tests: rc=${PIPESTATUS[0]}, $(tail -1 "$OUT/python_tests.log"), $(( $(date +%s) - start )) s")
     PYTHONPATH=/tmp/site python3 bench/python_op_overhead.py --out "$OUT/python_op_overhead.json" > "$OUT/python_op_overhead.txt" 2>&1
     summary+=("bench/python_op_overhead.py: rc=$?")
+    # the C++ layer's forward on the same preset, timed the same way
+    "$BIN/bench_host_overhead" --model glm5-small --tokens 1 >> "$OUT/python_op_overhead.txt" 2>&1
   else
     summary+=("python: no fp4moe wheel in $WHEELS (scripts/build-wheel.sh builds one)")
   fi

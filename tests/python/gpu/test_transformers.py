@@ -3,6 +3,8 @@ router and shared experts, its experts quantized to NVFP4 (the module keeps the
 dequantized values), the output within 3e-3 of the module's own; and a whole
 small model's forward."""
 
+import copy
+
 import pytest
 import torch
 
@@ -28,7 +30,9 @@ def small_config(kind):
 def model_for(kind):
     torch.manual_seed(0)
     cfg = small_config(kind)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16).cuda().eval()
+    # fp32: the module then computes with the dequantized weights exactly; fp4moe's
+    # activations are bf16 (the inputs below are bf16 values, exact in either)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32).cuda().eval()
     with torch.no_grad():  # random routers and biases, so that routing is not degenerate
         for block in fmt.moe_blocks(model):
             block.gate.weight.normal_(0, 0.05)
@@ -45,10 +49,14 @@ def rel(a, b):
 
 @pytest.mark.parametrize("kind", ["glm_moe_dsa", "deepseek_v3"])
 def test_block_and_whole_model(kind):
+    """The reference is the module itself in fp32 holding the dequantized weights
+    exactly. fp4moe's activations are bf16 (W4A16), so its error floor is bf16
+    rounding: the whole model is also run through transformers in bf16, and
+    fp4moe's whole-model error must stay within 3e-3 or that bf16 model's own."""
     model = model_for(kind)
     blocks = fmt.moe_blocks(model)
     assert len(blocks) == 2
-    x = torch.randn(2, 24, model.config.hidden_size, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(2, 24, model.config.hidden_size, device="cuda").to(torch.bfloat16).float()
     ids = torch.randint(0, model.config.vocab_size, (2, 24), device="cuda")
     with torch.no_grad():
         # quantize in place first (the module keeps the dequantized weights), then compare module and fp4moe
@@ -60,6 +68,7 @@ def test_block_and_whole_model(kind):
         want_block = blocks[0](x)
         want_model = model(ids).logits
         routing = blocks[0].gate(x.view(-1, x.shape[-1]))
+        bf16_logits = copy.deepcopy(model).to(torch.bfloat16)(ids).logits.float()
         for b, f in zip(blocks, fp4):
             b.experts = f
         got_block = blocks[0](x)
@@ -67,7 +76,8 @@ def test_block_and_whole_model(kind):
     torch.cuda.synchronize()
     top_ids = routing[-1] if isinstance(routing, tuple) else None
     assert top_ids is not None and top_ids.shape[-1] == model.config.num_experts_per_tok
-    e_block, e_model = rel(got_block, want_block), rel(got_model, want_model)
-    print(f"{kind}: MoE block rel err {e_block:.2e}, whole model logits rel err {e_model:.2e}")
+    e_block, e_model, e_bf16 = rel(got_block, want_block), rel(got_model, want_model), rel(bf16_logits, want_model)
+    print(f"{kind}: MoE block rel err {e_block:.2e}; whole model logits rel err {e_model:.2e} "
+          f"(transformers in bf16: {e_bf16:.2e})")
     assert e_block < 3e-3
-    assert e_model < 3e-3
+    assert e_model < max(3e-3, e_bf16)
