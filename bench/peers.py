@@ -65,6 +65,29 @@ def grouped_mm_ms(torch, w, counts, k, reps, rotation=None):
     return timed(torch, run, reps, graph=True) / len(routings)
 
 
+def torch_moe_layer(torch, w13, w2, ws13, ws2, x, ids, wts):
+    """The PyTorch bf16 MoE layer: permute, grouped_mm, SiLU * up, weighted
+    index_add, dense shared expert (ws13/ws2, or None). w13 [E, 2I, H] (gate;
+    up), w2 [E, H, I]; ids int64 [T, k], wts fp32 [T, k]."""
+    T, H = x.shape
+    E, two_i, _ = w13.shape
+    I, k = two_i // 2, ids.shape[1]
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    offs = torch.cumsum(torch.bincount(flat, minlength=E), 0).to(torch.int32)
+    tok = order // k
+    y1 = torch._grouped_mm(x[tok], w13.transpose(-2, -1), offs=offs)
+    a2 = torch.nn.functional.silu(y1[:, :I]) * y1[:, I:]
+    y2 = torch._grouped_mm(a2, w2.transpose(-2, -1), offs=offs)
+    out = torch.zeros(T, H, device=x.device, dtype=torch.float32)
+    out.index_add_(0, tok, y2.float() * wts.reshape(-1)[order, None])
+    if ws13 is not None:
+        Is = ws13.shape[0] // 2
+        s1 = x @ ws13.t()
+        out += ((torch.nn.functional.silu(s1[:, :Is]) * s1[:, Is:]) @ ws2.t()).float()
+    return out.to(torch.bfloat16)
+
+
 def layer_peers(torch, rep, reps):
     dev = torch.device("cuda")
     H, I, E, k, Is = rep["hidden"], rep["intermediate"], rep["experts"], rep["top_k"], rep["shared_intermediate"]
@@ -75,20 +98,7 @@ def layer_peers(torch, rep, reps):
     ws2 = torch.randn(H, Is, device=dev, dtype=torch.bfloat16, generator=g) * 0.02 if Is else None
 
     def layer(x, ids, wts):
-        T = x.shape[0]
-        flat = ids.reshape(-1)
-        order = torch.argsort(flat, stable=True)
-        offs = torch.cumsum(torch.bincount(flat, minlength=E), 0).to(torch.int32)
-        tok = order // k
-        y1 = torch._grouped_mm(x[tok], w13.transpose(-2, -1), offs=offs)
-        a2 = torch.nn.functional.silu(y1[:, :I]) * y1[:, I:]
-        y2 = torch._grouped_mm(a2, w2.transpose(-2, -1), offs=offs)
-        out = torch.zeros(T, H, device=dev, dtype=torch.float32)
-        out.index_add_(0, tok, y2.float() * wts.reshape(-1)[order, None])
-        if Is:
-            s1 = x @ ws13.t()
-            out += ((torch.nn.functional.silu(s1[:, :Is]) * s1[:, Is:]) @ ws2.t()).float()
-        return out.to(torch.bfloat16)
+        return torch_moe_layer(torch, w13, w2, ws13, ws2, x, ids, wts)
 
     for c in rep["cases"]:
         T = c["tokens"]

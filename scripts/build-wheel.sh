@@ -9,7 +9,9 @@ bash scripts/setup.sh >/dev/null
 mkdir -p .whl
 rm -f .whl/fp4moe-*.whl
 args=()
-[ -n "${FP4MOE_CUDA_ARCHITECTURES:-}" ] && args+=(-Ccmake.define.FP4MOE_CUDA_ARCHITECTURES="$FP4MOE_CUDA_ARCHITECTURES")
+# a build folder of its own for a target list of its own (CMake keeps the list in its cache)
+[ -n "${FP4MOE_CUDA_ARCHITECTURES:-}" ] && args+=(-Ccmake.define.FP4MOE_CUDA_ARCHITECTURES="$FP4MOE_CUDA_ARCHITECTURES"
+                                                 -Cbuild-dir="build/python-${FP4MOE_CUDA_ARCHITECTURES//;/_}")
 python3 -m pip wheel --no-deps --no-build-isolation -w .whl "${args[@]}" .
 # tvm-ffi for the GPU machine's CPython 3.12 (the runtime dependency's pinned build version)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -43,12 +43,15 @@ if [ "$WHAT" = python ] || [ "$WHAT" = all ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
       "$WHEELS"/fp4moe-*.whl "$WHEELS"/apache_tvm_ffi-*.whl > "$OUT/python_install.log" 2>&1
     start=$(date +%s)
-    PYTHONPATH=/tmp/site python3 -m pytest -q -rP -p no:cacheprovider tests/python/gpu 2>&1 | tee "$OUT/python_tests.log"
+    FP4MOE_CLI="$(cd "$BIN" && pwd)/fp4moe" PYTHONPATH=/tmp/site python3 -m pytest -q -rP -p no:cacheprovider tests/python/gpu 2>&1 | tee "$OUT/python_tests.log"
     summary+=("python torch tests: rc=${PIPESTATUS[0]}, $(tail -1 "$OUT/python_tests.log"), $(( $(date +%s) - start )) s")
     PYTHONPATH=/tmp/site python3 bench/python_op_overhead.py --out "$OUT/python_op_overhead.json" > "$OUT/python_op_overhead.txt" 2>&1
     summary+=("bench/python_op_overhead.py: rc=$?")
     # the C++ layer's forward on the same preset, timed the same way
     "$BIN/bench_host_overhead" --model glm5-small --tokens 1 >> "$OUT/python_op_overhead.txt" 2>&1
+    # the layer through Python beside the PyTorch peers (the README's layer table from Python)
+    PYTHONPATH=/tmp/site python3 bench/python_layer.py --out "$OUT/python_layer.json" > "$OUT/python_layer.txt" 2>&1
+    summary+=("bench/python_layer.py: rc=$?")
   else
     summary+=("python: no fp4moe wheel in $WHEELS (scripts/build-wheel.sh builds one)")
   fi
@@ -155,7 +158,7 @@ for kind in decode prefill permuted; do
   if [ -f "$OUT/bench_${kind}_table.txt" ]; then cat "$OUT/bench_${kind}_table.txt"; fi
 done
 if [ -f "$OUT/bench_wgmma_rate.txt" ]; then cat "$OUT/bench_wgmma_rate.txt"; fi
-for f in bench_route bench_host_overhead python_op_overhead; do [ -f "$OUT/$f.txt" ] && cat "$OUT/$f.txt"; done
+for f in bench_route bench_host_overhead python_op_overhead python_layer; do [ -f "$OUT/$f.txt" ] && cat "$OUT/$f.txt"; done
 if [ -f "$OUT/tune.log" ]; then tail -32 "$OUT/tune.log"; fi
 if [ -f "$OUT/bench/bench.md" ]; then cat "$OUT/bench/bench.md"; fi
 if [ "${PACK:-0}" = 1 ]; then

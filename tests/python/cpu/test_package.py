@@ -27,24 +27,38 @@ def test_hf_config(tmp_path):
         "routed_scaling_factor": 2.5, "n_shared_experts": 1}))
     c = fp4moe.config_from_hf(tmp_path)
     assert (c["hidden"], c["num_experts"], c["top_k"], c["n_group"], c["topk_group"]) == (512, 16, 4, 4, 2)
-    with pytest.raises(ValueError, match="config.json"):
+    with pytest.raises(ValueError, match="missing"):
         fp4moe.config_from_hf(tmp_path / "missing")
 
 
-def test_quantize_round_trip_is_exact_and_modelopt_shaped():
+E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+
+
+def e4m3(b):
+    """float8_e4m3fn bits -> fp32 (no NaN among block scales)."""
+    b = b.astype(np.int32)
+    e, m = (b >> 3) & 15, b & 7
+    v = np.where(e == 0, m / 8.0 * 2.0 ** -6, (1 + m / 8.0) * 2.0 ** (e - 7.0))
+    return np.where(b & 0x80, -v, v).astype(np.float32)
+
+
+def test_quantize_shapes_and_exact_dequantize():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((64, 256)).astype(np.float32)
     p, s, ws2 = fp4moe.quantize(x)
     assert p.shape == (64, 128) and s.shape == (64, 16) and p.dtype == np.uint8
-    assert ws2 == pytest.approx(np.abs(x).max() / 2688, rel=1e-6)
+    assert ws2 == np.float32(np.abs(x).max()) * np.float32(1 / 2688)  # ModelOpt: amax * fl(1/2688)
     y = fp4moe.dequantize(p, s, ws2)
-    # quantizing the dequantized values again gives the same codes (they are representable)
-    p2, s2, _ = fp4moe.quantize(y, amax=float(np.abs(x).max()))
-    assert np.array_equal(p, p2) and np.array_equal(s, s2)
+    # independently: e2m1(code) * fl(scale * weight_scale_2), in fp32
+    codes = np.stack([p & 15, p >> 4], -1).reshape(64, 256)
+    want = E2M1[codes] * np.repeat(e4m3(s) * np.float32(ws2), 16, axis=1)
+    assert np.array_equal(y, want)
     assert np.linalg.norm(y - x) / np.linalg.norm(x) < 0.15
     pm, sm, _ = fp4moe.quantize(x, "mxfp4")
     assert sm.shape == (64, 8)
     ym = fp4moe.dequantize(pm, sm, 1.0, "mxfp4")
+    codes = np.stack([pm & 15, pm >> 4], -1).reshape(64, 256)
+    assert np.array_equal(ym, E2M1[codes] * np.repeat(2.0 ** (sm.astype(np.float32) - 127), 32, axis=1))
     assert np.linalg.norm(ym - x) / np.linalg.norm(x) < 0.2
 
 
