@@ -4,15 +4,19 @@
 [E, 2I, H] (gate first) and ``down_proj`` [E, H, I]).
 
 The block keeps its own router (``.gate``) and shared experts; only ``.experts``
-becomes an fp4moe layer whose FP4 weights come either from quantizing the
-module's own weights (ModelOpt's NVFP4 arithmetic; the module's weights are then
-replaced by their dequantized values, so both compute the same function) or
-from FP4 tensors the caller already holds.
+becomes an fp4moe layer whose FP4 weights come from a ModelOpt NVFP4 checkpoint
+(``load_modelopt``: transformers cannot load those itself), or from quantizing
+the module's own weights (``use_fp4moe``: ModelOpt's NVFP4 arithmetic; the
+module's weights are then replaced by their dequantized values, so both compute
+the same function).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional
+import json
+import os
+import re
+from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 import torch
@@ -96,3 +100,121 @@ def use_fp4moe(model: torch.nn.Module, *, max_tokens: int = 1024, blocks: Option
         block.experts = quantize_experts(block.experts, block.gate.top_k, max_tokens=max_tokens)
         changed.append(block)
     return changed
+
+
+# ---- ModelOpt NVFP4 checkpoints ------------------------------------------------
+_EXPERT = re.compile(r"^(.*)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.(weight|weight_scale|weight_scale_2|input_scale)$")
+_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def _checkpoint_files(path: str) -> Dict[str, str]:
+    """tensor name -> shard file, from model.safetensors.index.json or model.safetensors."""
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            return {n: os.path.join(path, s) for n, s in json.load(f)["weight_map"].items()}
+    single = os.path.join(path, "model.safetensors")
+    if not os.path.exists(single):
+        raise ValueError(f"{path}: neither model.safetensors.index.json nor model.safetensors")
+    from safetensors import safe_open
+
+    with safe_open(single, framework="pt") as f:
+        return {n: single for n in f.keys()}
+
+
+def _dequantize(codes: torch.Tensor, scales: torch.Tensor, scale_2: torch.Tensor) -> torch.Tensor:
+    """NVFP4 [N, K/2] codes, e4m3 [N, K/16] scales, fp32 scale_2 -> fp32 [N, K]: e2m1 * block scale * scale_2."""
+    lut = torch.tensor(_E2M1, device=codes.device)
+    v = torch.stack([lut[(codes & 15).long()], lut[(codes >> 4).long()]], -1).reshape(codes.shape[0], -1)
+    return v * scales.float().repeat_interleave(16, dim=1) * scale_2.float().reshape(())
+
+
+def load_modelopt(model: torch.nn.Module, path: str, *, experts: str = "fp4moe", max_tokens: int = 1024,
+                  device: str = "cuda") -> List[torch.nn.Module]:
+    """Loads a ModelOpt NVFP4 checkpoint directory into a transformers model built
+    from its config: the routed experts of every MoE block as fp4moe layers
+    (``experts="dequantize"`` puts their exact dequantized values into the
+    module instead: the reference), every other NVFP4 linear (shared experts,
+    dense MLPs) dequantized into the module, every other tensor copied. A tensor
+    the model does not have, or a parameter the checkpoint leaves out, is an
+    error naming it. Returns the MoE blocks."""
+    if experts not in ("fp4moe", "dequantize"):
+        raise ValueError(f"experts '{experts}' is not fp4moe or dequantize")
+    from safetensors import safe_open
+
+    files = _checkpoint_files(path)
+    handles = {}
+
+    def tensor(name: str) -> torch.Tensor:
+        f = files[name]
+        if f not in handles:
+            handles[f] = safe_open(f, framework="pt", device=device)
+        return handles[f].get_tensor(name)
+
+    state = model.state_dict(keep_vars=True)  # parameters and buffers, tied names included
+    per_block: Dict[str, Dict[int, Dict[str, str]]] = {}
+    loaded = set()
+    for name in files:
+        m = _EXPERT.match(name)
+        if m:
+            per_block.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3) + "." + m.group(4)] = name
+            continue
+        if name.endswith((".weight_scale", ".weight_scale_2", ".input_scale")):
+            continue
+        base = name[: -len(".weight")] if name.endswith(".weight") else None
+        if name not in state:
+            raise ValueError(f"{path}: tensor {name} has no parameter in the model")
+        with torch.no_grad():
+            if base is not None and base + ".weight_scale" in files:
+                v = _dequantize(tensor(name), tensor(base + ".weight_scale"), tensor(base + ".weight_scale_2"))
+            else:
+                v = tensor(name)
+            if tuple(v.shape) != tuple(state[name].shape):
+                raise ValueError(f"{path}: {name} is {list(v.shape)}, the model's parameter is {list(state[name].shape)}")
+            state[name].copy_(v.to(state[name].dtype))
+        loaded.add(name)
+
+    blocks = []
+    for prefix, by_expert in sorted(per_block.items()):
+        block = model.get_submodule(prefix)
+        E = len(by_expert)
+        if sorted(by_expert) != list(range(E)) or E != block.experts.gate_up_proj.shape[0]:
+            raise ValueError(f"{path}: {prefix}.experts holds experts {sorted(by_expert)[:4]}..., "
+                             f"the model has {block.experts.gate_up_proj.shape[0]}")
+
+        def get(e, key):
+            n = by_expert[e].get(key)
+            if n is None:
+                raise ValueError(f"{path}: {prefix}.experts.{e}.{key} is missing")
+            return tensor(n)
+
+        w13 = torch.stack([torch.cat([get(e, "gate_proj.weight"), get(e, "up_proj.weight")]) for e in range(E)])
+        s13 = torch.stack([torch.cat([get(e, "gate_proj.weight_scale"), get(e, "up_proj.weight_scale")]) for e in range(E)])
+        g13 = torch.stack([torch.stack([get(e, "gate_proj.weight_scale_2").reshape(()),
+                                        get(e, "up_proj.weight_scale_2").reshape(())]) for e in range(E)]).float()
+        w2 = torch.stack([get(e, "down_proj.weight") for e in range(E)])
+        s2 = torch.stack([get(e, "down_proj.weight_scale") for e in range(E)])
+        g2 = torch.stack([get(e, "down_proj.weight_scale_2").reshape(()) for e in range(E)]).float()
+        if experts == "dequantize":
+            with torch.no_grad():
+                I = w13.shape[1] // 2
+                for e in range(E):
+                    gate = _dequantize(w13[e, :I], s13[e, :I], g13[e, 0])
+                    up = _dequantize(w13[e, I:], s13[e, I:], g13[e, 1])
+                    block.experts.gate_up_proj[e].copy_(torch.cat([gate, up]).to(block.experts.gate_up_proj.dtype))
+                    block.experts.down_proj[e].copy_(_dequantize(w2[e], s2[e], g2[e]).to(block.experts.down_proj.dtype))
+        else:
+            H = w13.shape[2] * 2
+            cfg = {"name": "transformers", "hidden": H, "intermediate": w13.shape[1] // 2, "num_experts": E,
+                   "top_k": int(block.gate.top_k), "scoring": "softmax", "renormalize": False}
+            layer = MoeLayer.from_tensors(cfg, w13.contiguous(), s13.contiguous(), g13.contiguous(), w2.contiguous(),
+                                          s2.contiguous(), g2.contiguous(), max_tokens=max_tokens, finalize="split")
+            block.experts = FP4MoEExperts(layer, E)
+        loaded.update(f"{prefix}.experts.{p}" for p in ("gate_up_proj", "down_proj"))
+        blocks.append(block)
+    missing = [n for n in dict(model.named_parameters()) if n not in loaded and ".experts." not in n]
+    missing += [n for n in dict(model.named_parameters()) if ".experts." in n and not any(n.startswith(b) for b in per_block)]
+    if missing:
+        raise ValueError(f"{path}: the checkpoint has no tensor for {len(missing)} parameters of the model, "
+                         f"e.g. {missing[:3]}")
+    return blocks

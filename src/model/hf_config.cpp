@@ -49,11 +49,15 @@ MoeConfig config_from_hf_json(const std::string& path) {
   c.intermediate = first_of(j, {"moe_intermediate_size", "intermediate_size"}, path);
   c.num_experts = first_of(j, {"n_routed_experts", "num_local_experts", "num_experts"}, path);
   c.top_k = first_of(j, {"num_experts_per_tok"}, path);
-  const std::string scoring = get_or<std::string>(j, "scoring_func", "softmax", path);
+  // transformers' DeepSeek-V3 and GLM-5 configs carry no scoring_func or
+  // topk_method: their routers are sigmoid with the correction bias in code.
+  const bool noaux_model = c.name == "deepseek_v3" || c.name == "deepseek_v32" || c.name == "glm_moe_dsa" ||
+                           c.name == "glm4_moe";
+  const std::string scoring = get_or<std::string>(j, "scoring_func", noaux_model ? "sigmoid" : "softmax", path);
   FP4MOE_CHECK(scoring == "softmax" || scoring == "sigmoid",
                path << ": scoring_func '" << scoring << "' is not softmax or sigmoid");
   c.scoring = scoring == "sigmoid" ? Scoring::sigmoid : Scoring::softmax;
-  c.use_correction_bias = get_or<std::string>(j, "topk_method", "", path) == "noaux_tc";
+  c.use_correction_bias = get_or<std::string>(j, "topk_method", noaux_model ? "noaux_tc" : "", path) == "noaux_tc";
   c.n_group = get_or<int64_t>(j, "n_group", 1, path);
   c.topk_group = get_or<int64_t>(j, "topk_group", c.n_group, path);
   c.renormalize = get_or<bool>(j, "norm_topk_prob", true, path);

@@ -3,6 +3,8 @@
 #include "test_util.hpp"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 
@@ -125,6 +127,43 @@ TEST(ModelConfig, ValidateNamesTheBadFieldAndValue) {
     const std::string msg = error_of([&] { c.validate(); });
     EXPECT_NE(msg.find(bf.expect), std::string::npos) << "expected '" << bf.expect << "' in: " << msg;
   }
+}
+
+}  // namespace
+}  // namespace fp4moe
+
+namespace fp4moe {
+namespace {
+
+std::string write_config(const std::string& name, const std::string& text) {
+  const std::filesystem::path p = std::filesystem::temp_directory_path() / ("fp4moe_hf_" + name + ".json");
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+TEST(HfConfig, TransformersDeepSeekAndGlmConfigsRouteBySigmoidWithTheBias) {
+  // transformers writes these without scoring_func / topk_method: the routers are sigmoid + bias in code
+  for (const char* type : {"deepseek_v3", "glm_moe_dsa"}) {
+    const MoeConfig c = config_from_hf_json(write_config(
+        type, std::string(R"({"model_type": ")") + type +
+                  R"(", "hidden_size": 256, "moe_intermediate_size": 128, "n_routed_experts": 16,
+                     "num_experts_per_tok": 4, "n_group": 4, "topk_group": 2, "norm_topk_prob": true,
+                     "routed_scaling_factor": 2.5, "n_shared_experts": 1})"));
+    EXPECT_EQ(c.scoring, Scoring::sigmoid) << type;
+    EXPECT_TRUE(c.use_correction_bias) << type;
+    EXPECT_EQ(c.n_group, 4);
+  }
+  const MoeConfig m = config_from_hf_json(write_config(
+      "mixtral", R"({"model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_local_experts": 8,
+                    "num_experts_per_tok": 2})"));
+  EXPECT_EQ(m.scoring, Scoring::softmax);
+  EXPECT_FALSE(m.use_correction_bias);
+  // an explicit scoring_func still decides
+  const MoeConfig d = config_from_hf_json(write_config(
+      "explicit", R"({"model_type": "deepseek_v3", "hidden_size": 256, "moe_intermediate_size": 128,
+                     "n_routed_experts": 16, "num_experts_per_tok": 4, "scoring_func": "softmax", "topk_method": "greedy"})"));
+  EXPECT_EQ(d.scoring, Scoring::softmax);
+  EXPECT_FALSE(d.use_correction_bias);
 }
 
 }  // namespace
