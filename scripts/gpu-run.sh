@@ -20,7 +20,10 @@ case "$WHAT" in
   *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, layer, host, modelopt, sanitize, all" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null)
+# cuBLAS and NCCL from PyTorch's wheels where the system has none on the loader's path
+for pkg in cublas nccl; do
+  export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$(python3 -c "import nvidia.$pkg, os; print(os.path.join(list(nvidia.$pkg.__path__)[0], 'lib'))" 2>/dev/null)
+done
 summary=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 # SM clock, power and temperature every 250 ms while this runs: a timing that

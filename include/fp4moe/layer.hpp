@@ -44,6 +44,10 @@ struct LayerOptions {
   // expert at a few tokens) across CTAs; the parts are summed in a fixed order.
   // The layer then holds a 16 MiB split-K workspace (sm_90).
   bool split_k = true;
+  // Host weights holding a range of the model's experts (expert parallelism):
+  // the model's id of weights.experts[0]; they hold [expert_begin, expert_begin
+  // + weights.experts.size()). DeviceMoeWeights says its range itself.
+  int64_t expert_begin = 0;
 };
 
 // FP4 expert weights already on the GPU, in the layout a serving engine holds
@@ -91,8 +95,9 @@ class MoeLayer {
                __nv_bfloat16* out);
 
   // The same with the caller's routing: topk_ids int32 [T, k] (the model's
-  // expert ids; ids of experts this layer does not hold contribute nothing, ids
-  // outside [0, E) too and check_status() reports them) and topk_weights fp32 [T, k].
+  // expert ids; ids of experts this layer does not hold contribute nothing; -1
+  // is no expert; other ids outside [0, E) contribute nothing and
+  // check_status() reports them) and topk_weights fp32 [T, k].
   void forward_routed(cudaStream_t stream, const __nv_bfloat16* hidden, const int32_t* topk_ids,
                       const float* topk_weights, int64_t tokens, __nv_bfloat16* out);
 
@@ -144,14 +149,16 @@ class MoeLayer {
                             const std::function<void(int done, int total, const std::string& what)>& progress = {});
 
  private:
+  friend class ParallelMoeLayer;
   struct Impl;
   struct Marks;
   struct Routed {
     const int32_t* ids;
     const float* weights;
   };
+  // out bf16, or (parallel layers) sums: the fp32 sums before the one rounding.
   void run(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, const Routed* routed,
-           int64_t tokens, __nv_bfloat16* out, Marks* marks);
+           int64_t tokens, __nv_bfloat16* out, float* sums, Marks* marks);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -42,6 +42,12 @@ __global__ void finalize_kernel(const FinalizeArgs a) {
     acc[0] = lo.x, acc[1] = lo.y, acc[2] = lo.z, acc[3] = lo.w, acc[4] = hi.x, acc[5] = hi.y, acc[6] = hi.z, acc[7] = hi.w;
   }
   if (a.shared_out) add_bf16x8(acc, *reinterpret_cast<const uint4*>(a.shared_out + t * a.hidden + h), 1.f);
+  if (a.out_f32) {
+    float4* o = reinterpret_cast<float4*>(a.out_f32 + t * a.hidden + h);
+    o[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    o[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    return;
+  }
   uint4 o;
   __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
 #pragma unroll
@@ -55,7 +61,8 @@ void launch_finalize(const FinalizeArgs& a, cudaStream_t stream) {
   FP4MOE_CHECK(a.hidden > 0 && a.hidden % 8 == 0, "finalize: hidden = " << a.hidden << " is not a positive multiple of 8");
   FP4MOE_CHECK((a.expert_out != nullptr) != (a.accumulated != nullptr),
                "finalize: exactly one of expert_out (split) and accumulated (fused) must be given");
-  FP4MOE_CHECK(a.out && (a.accumulated || (a.pair_pos && a.topk_weights)), "finalize: a device pointer is null");
+  FP4MOE_CHECK((a.out != nullptr) != (a.out_f32 != nullptr), "finalize: exactly one of out and out_f32 must be given");
+  FP4MOE_CHECK(a.accumulated || (a.pair_pos && a.topk_weights), "finalize: a device pointer is null");
   if (a.tokens == 0) return;
   const int64_t n = a.tokens * (a.hidden / 8);
   launch_dependent(finalize_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, a);

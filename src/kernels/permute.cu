@@ -17,7 +17,7 @@ constexpr int kMaxExperts = 4096;
 // The held expert of a global id, or -1 (another rank's expert, or a bad id: `bad` set).
 __device__ __forceinline__ int held_expert(const PermuteArgs& a, int id, bool& bad) {
   if (id < 0 || id >= a.global_experts) {
-    bad = true;
+    bad |= id != -1;
     return -1;
   }
   const int e = id - a.expert_begin;
@@ -62,7 +62,8 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(const PermuteArgs a) 
     for (int64_t p = carry + tid; p < P; p += 32) a.permuted_pair[p] = -1, a.permuted_token[p] = 0;
     if (tid == 0) {
       a.expert_offsets[E] = carry;
-      if (a.dense_offsets) a.dense_offsets[0] = 0, a.dense_offsets[1] = static_cast<int32_t>(a.tokens);
+      if (a.dense_offsets)
+        a.dense_offsets[0] = 0, a.dense_offsets[1] = static_cast<int32_t>(a.dense_tokens < 0 ? a.tokens : a.dense_tokens);
     }
     __syncwarp();  // next[] written by every lane above is read by every lane below
     // Rank in pair order: equal experts within 32 pairs take consecutive slots.

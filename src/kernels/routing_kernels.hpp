@@ -44,10 +44,12 @@ struct PermuteArgs {
   int32_t* permuted_pair = nullptr;   // [T*k]: pair index t*k+j at each permuted row
   int32_t* permuted_token = nullptr;  // [T*k]: its token t (GEMM1's gather rows)
   int32_t* pair_pos = nullptr;        // [T*k]: the inverse, permuted row of each pair (-1: dropped)
-  int32_t* dense_offsets = nullptr;   // [2] = {0, T}: one "expert" holding every token (shared expert), or null
+  int32_t* dense_offsets = nullptr;   // [2] = {0, dense_tokens}: one "expert" holding every token (shared expert), or null
+  int64_t dense_tokens = -1;          // the shared expert's token count (-1: tokens)
   int32_t* status = nullptr;
 };
 // Counting sort by expert; inside an expert, ascending pair index (deterministic).
+// An id of -1 is no expert (padding rows, an engine's dropped pair): dropped, not flagged.
 void launch_permute(const PermuteArgs& a, cudaStream_t stream);
 
 struct GatherRowsArgs {
@@ -67,6 +69,7 @@ struct FinalizeArgs {
   int64_t tokens = 0, hidden = 0;
   int top_k = 0;
   __nv_bfloat16* out = nullptr;                // [T, H]
+  float* out_f32 = nullptr;                    // instead of out: the fp32 sums, unrounded (parallel layers)
 };
 // out[t] = sum_j w[t,j] * expert_out[pos(t,j)] in slot order j = 0..k-1 over
 // the pairs not dropped (pos >= 0), fp32

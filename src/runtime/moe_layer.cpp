@@ -104,8 +104,11 @@ void MoeLayer::Impl::init_workspace() {
 MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions& opts) : impl_(new Impl) {
   Impl& m = *impl_;
   m.init_device(cfg, opts);
-  FP4MOE_CHECK(int64_t(w.experts.size()) == cfg.num_experts,
-               "MoeLayer: " << w.experts.size() << " experts given, the model has num_experts = " << cfg.num_experts);
+  FP4MOE_CHECK(!w.experts.empty() && opts.expert_begin >= 0 &&
+                   opts.expert_begin + int64_t(w.experts.size()) <= cfg.num_experts,
+               "MoeLayer: " << w.experts.size() << " experts given from expert_begin = " << opts.expert_begin
+                            << "; the model has num_experts = " << cfg.num_experts);
+  m.expert_begin = opts.expert_begin;
   FP4MOE_CHECK(w.has_shared == cfg.shared_expert, "MoeLayer: the model " << (cfg.shared_expert ? "has" : "has no")
                                                                           << " shared expert, the weights "
                                                                           << (w.has_shared ? "have one" : "have none"));
@@ -192,14 +195,14 @@ struct MoeLayer::Marks {
 
 void MoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
                        __nv_bfloat16* out) {
-  run(stream, hidden, router_logits, nullptr, tokens, out, nullptr);
+  run(stream, hidden, router_logits, nullptr, tokens, out, nullptr, nullptr);
 }
 
 void MoeLayer::forward_routed(cudaStream_t stream, const __nv_bfloat16* hidden, const int32_t* topk_ids,
                               const float* topk_weights, int64_t tokens, __nv_bfloat16* out) {
   FP4MOE_CHECK(topk_ids && topk_weights, "forward_routed: topk_ids and topk_weights must be device pointers, got null");
   const Routed r{topk_ids, topk_weights};
-  run(stream, hidden, nullptr, &r, tokens, out, nullptr);
+  run(stream, hidden, nullptr, &r, tokens, out, nullptr, nullptr);
 }
 
 bool MoeLayer::has_router_weight() const { return impl_->blas != nullptr; }
@@ -218,20 +221,20 @@ void MoeLayer::forward_from_hidden(cudaStream_t stream, const __nv_bfloat16* hid
   FP4MOE_CUBLAS_CHECK(cublasGemmEx(m.blas, CUBLAS_OP_T, CUBLAS_OP_N, E, static_cast<int>(tokens), H, &alpha,
                                    m.router_weight.get(), CUDA_R_16BF, H, hidden, CUDA_R_16BF, H, &beta, m.logits.get(),
                                    CUDA_R_32F, E, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  run(stream, hidden, m.logits.get(), nullptr, tokens, out, nullptr);
+  run(stream, hidden, m.logits.get(), nullptr, tokens, out, nullptr, nullptr);
 }
 
 std::vector<MoeLayer::StageTime> MoeLayer::profile(cudaStream_t stream, const __nv_bfloat16* hidden,
                                                    const float* router_logits, int64_t tokens, __nv_bfloat16* out,
                                                    int reps) {
   FP4MOE_CHECK(reps >= 1, "profile: reps = " << reps << " must be positive");
-  for (int i = 0; i < 3; ++i) run(stream, hidden, router_logits, nullptr, tokens, out, nullptr);
+  for (int i = 0; i < 3; ++i) run(stream, hidden, router_logits, nullptr, tokens, out, nullptr, nullptr);
   std::vector<std::string> names;
   std::vector<std::vector<double>> times;
   for (int r = 0; r < reps; ++r) {
     Marks marks;
     marks.mark("start", stream);
-    run(stream, hidden, router_logits, nullptr, tokens, out, &marks);
+    run(stream, hidden, router_logits, nullptr, tokens, out, nullptr, &marks);
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (names.empty()) {
       for (size_t i = 1; i < marks.events.size(); ++i) names.push_back(marks.events[i].first);
@@ -252,7 +255,7 @@ std::vector<MoeLayer::StageTime> MoeLayer::profile(cudaStream_t stream, const __
 }
 
 void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, const Routed* routed,
-                   int64_t tokens, __nv_bfloat16* out, Marks* marks) {
+                   int64_t tokens, __nv_bfloat16* out, float* sums, Marks* marks) {
   Impl& m = *impl_;
   auto mark = [&](const char* stage) {
     if (marks) marks->mark(stage, stream);
@@ -260,7 +263,7 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   const MoeConfig& c = m.cfg;
   FP4MOE_CHECK(tokens >= 0 && tokens <= m.opts.max_tokens,
                "forward: tokens = " << tokens << " is outside 0..max_tokens = " << m.opts.max_tokens);
-  FP4MOE_CHECK(hidden && (router_logits || routed) && out,
+  FP4MOE_CHECK(hidden && (router_logits || routed) && (out || sums),
                "forward: hidden, router_logits and out must be device pointers, got null");
   if (tokens == 0) return;
   const int64_t P = tokens * c.top_k;
@@ -297,7 +300,8 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   f.tokens = tokens;
   f.hidden = c.hidden;
   f.top_k = static_cast<int>(c.top_k);
-  f.out = out;
+  f.out = sums ? nullptr : out;
+  f.out_f32 = sums;
   kernels::launch_finalize(f, stream);
   mark("finalize");
 }

@@ -201,7 +201,8 @@ struct MoeLayer::Impl {
     kernels::launch_route(r, stream);
   }
 
-  void permute(cudaStream_t stream, const int32_t* ids, int64_t tokens) {
+  // dense_tokens: the shared expert's token count, when not `tokens` (a parallel layer's own rows).
+  void permute(cudaStream_t stream, const int32_t* ids, int64_t tokens, int64_t dense_tokens = -1) {
     const MoeConfig& c = cfg;
     kernels::PermuteArgs pa;
     pa.topk_ids = ids;
@@ -215,6 +216,7 @@ struct MoeLayer::Impl {
     pa.permuted_token = permuted_token.get();
     pa.pair_pos = pair_pos.get();
     pa.dense_offsets = dense_offsets.get();
+    pa.dense_tokens = dense_tokens;
     pa.status = status.get();
     kernels::launch_permute(pa, stream);
 

@@ -1,0 +1,72 @@
+// One MoE layer across several GPUs over NCCL (docs/parallel.md).
+//
+//   expert parallelism, allgather: rank r holds experts [r E/G, (r+1) E/G);
+//     every rank all-gathers the tokens (hidden states, routing) of all ranks,
+//     computes its experts' share for all of them, and a reduce-scatter returns
+//     each rank the sums for its own tokens; the shared expert runs on each
+//     rank's own tokens. Fixed sizes (max_tokens per rank): graph capturable.
+//   tensor parallelism: rank r holds the slice [r I/G, (r+1) I/G) of every
+//     expert's (and the shared expert's) intermediate dimension; every rank
+//     runs the layer on its slice for the same tokens, and an all-reduce sums
+//     the partial outputs.
+//
+// Routing is computed once per token, on its rank, exactly as the single-GPU
+// layer computes it. Partial sums travel in fp32; with one rank each mode
+// equals the single-GPU layer bitwise (split finalize). Every NCCL call is
+// checked; a failure is an fp4moe::Error naming the call and NCCL's message.
+// NVLink multicast (NVLS) is never enabled by fp4moe.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "fp4moe/layer.hpp"
+
+namespace fp4moe {
+
+enum class ParallelMode { expert_allgather, tensor };
+
+class ParallelMoeLayer {
+ public:
+  // comm: this rank's communicator (the caller's; not destroyed here), on the
+  // current device (or opts.device). weights: the whole layer on the host;
+  // the rank prepares only its part. opts.max_tokens is per rank.
+  ParallelMoeLayer(const MoeConfig& cfg, const MoeWeights& weights, ParallelMode mode, ncclComm_t comm,
+                   const LayerOptions& opts = {});
+  ~ParallelMoeLayer();
+  ParallelMoeLayer(const ParallelMoeLayer&) = delete;
+  ParallelMoeLayer& operator=(const ParallelMoeLayer&) = delete;
+
+  // This rank's tokens: hidden bf16 [T, H], router_logits fp32 [T, E], out bf16
+  // [T, H], T <= max_tokens. Every rank calls it (a collective), each with its
+  // own T. Allocates nothing, never synchronises.
+  void forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
+               __nv_bfloat16* out);
+
+  int rank() const;
+  int ranks() const;
+  ParallelMode mode() const;
+  MoeLayer& local();  // the rank's own layer: its experts, or its slice of every expert
+  void check_status(cudaStream_t stream) { local().check_status(stream); }
+
+ private:
+  struct Impl;
+  static MoeLayer::Impl& inner(MoeLayer& layer);  // the single-GPU layer's stages
+  void forward_expert_allgather(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
+                                __nv_bfloat16* out);
+  void forward_tensor(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T, __nv_bfloat16* out);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A communicator for `rank` of `ranks` from a unique id every rank shares, on `device`.
+ncclComm_t make_nccl_comm(const ncclUniqueId& id, int rank, int ranks, int device);
+// One communicator per local GPU in one process (ncclCommInitAll): devices[i] is rank i.
+std::vector<ncclComm_t> make_local_nccl_comms(const std::vector<int>& devices);
+// ncclCommFinalize then ncclCommDestroy (a collective among the ranks of a node).
+void destroy_nccl_comm(ncclComm_t comm);
+
+}  // namespace fp4moe

@@ -1,0 +1,139 @@
+// The parallel layer on the GPUs this machine has. With one rank (NCCL runs a
+// one-rank communicator) each mode equals the single-GPU layer bitwise with
+// split finalize, at token counts below and at max_tokens; with several local
+// GPUs, every rank's output against the single-GPU layer (1e-3).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "fp4moe/layer.hpp"
+#include "fp4moe/parallel.hpp"
+#include "gpu_test_util.hpp"
+#include "runtime/device_buffer.hpp"
+
+namespace fp4moe {
+namespace {
+
+struct Inputs {
+  test::Bf16Matrix x;
+  std::vector<float> logits;
+};
+
+Inputs inputs(const MoeConfig& c, int64_t T, uint64_t seed) {
+  Inputs in{test::random_bf16(T * c.hidden, seed), {}};
+  std::mt19937_64 rng(seed + 1);
+  std::normal_distribution<float> d(0.f, 1.f);
+  in.logits.resize(size_t(T * c.num_experts));
+  for (float& v : in.logits) v = d(rng);
+  return in;
+}
+
+template <class Layer>
+std::vector<uint16_t> run(Layer& layer, const MoeConfig& c, const Inputs& in, int64_t T) {
+  DeviceBuffer<uint16_t> x(in.x.bits), out(size_t(T * c.hidden));
+  DeviceBuffer<float> l(in.logits);
+  out.fill_bytes(0xFF);
+  layer.forward(nullptr, reinterpret_cast<const __nv_bfloat16*>(x.get()), l.get(), T,
+                reinterpret_cast<__nv_bfloat16*>(out.get()));
+  layer.check_status(nullptr);
+  return out.download();
+}
+
+// glm5-small with I = 256 (the TP slice of one rank of two stays a multiple of 128).
+MoeConfig config() {
+  MoeConfig c = preset("glm5-small");
+  c.intermediate = 256;
+  c.shared_intermediate = 256;
+  return c;
+}
+
+TEST(GpuParallelLayer, OneRankEqualsTheSingleGpuLayerBitwise) {
+  FP4MOE_REQUIRE_GPU();
+  const MoeConfig c = config();
+  const MoeWeights w = random_moe_weights(c, Fp4Format::nvfp4, 5);
+  std::vector<ncclComm_t> comms = make_local_nccl_comms({0});
+  LayerOptions o;
+  o.max_tokens = 64;
+  o.finalize = FinalizeMode::split;
+  MoeLayer single(c, w, o);
+  for (ParallelMode mode : {ParallelMode::expert_allgather, ParallelMode::tensor}) {
+    ParallelMoeLayer par(c, w, mode, comms[0], o);
+    EXPECT_EQ(par.ranks(), 1);
+    for (int64_t T : {1, 13, 64}) {
+      const Inputs in = inputs(c, T, 100 + uint64_t(T));
+      EXPECT_EQ(run(par, c, in, T), run(single, c, in, T))
+          << (mode == ParallelMode::tensor ? "tensor" : "expert allgather") << " T=" << T;
+    }
+  }
+  destroy_nccl_comm(comms[0]);
+}
+
+TEST(GpuParallelLayer, EveryLocalGpuAsARankAgainstTheSingleGpuLayer) {
+  FP4MOE_REQUIRE_GPU();
+  int n = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDeviceCount(&n));
+  if (n < 2) GTEST_SKIP() << "one GPU here: the several-rank run needs 2 or more (scripts/gpu-run.sh parallel)";
+  const int G = n >= 8 ? 8 : n >= 4 ? 4 : 2;
+  const MoeConfig c = config();
+  const MoeWeights w = random_moe_weights(c, Fp4Format::nvfp4, 6);
+  std::vector<int> devs(static_cast<size_t>(G));
+  for (int i = 0; i < G; ++i) devs[size_t(i)] = i;
+  std::vector<ncclComm_t> comms = make_local_nccl_comms(devs);
+  LayerOptions o;
+  o.max_tokens = 48;
+  o.finalize = FinalizeMode::split;
+  for (ParallelMode mode : {ParallelMode::expert_allgather, ParallelMode::tensor}) {
+    std::vector<std::vector<uint16_t>> got(static_cast<size_t>(G)), want(static_cast<size_t>(G));
+    std::vector<std::string> errors(static_cast<size_t>(G));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < G; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          LayerOptions ro = o;
+          ro.device = r;
+          // each rank its own token count (EP: T differs by rank; TP: the same tokens everywhere)
+          const int64_t T = mode == ParallelMode::tensor ? 40 : 1 + 11 * r % 48;
+          const Inputs in = inputs(c, T, mode == ParallelMode::tensor ? 7 : 7 + uint64_t(r));
+          ParallelMoeLayer par(c, w, mode, comms[size_t(r)], ro);
+          got[size_t(r)] = run(par, c, in, T);
+          MoeLayer single(c, w, ro);
+          want[size_t(r)] = run(single, c, in, T);
+        } catch (const std::exception& e) {
+          errors[size_t(r)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < G; ++r) {
+      ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+      std::vector<float> a(got[size_t(r)].size()), b(a.size());
+      for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_float(got[size_t(r)][i]), b[i] = bf16_to_float(want[size_t(r)][i]);
+      int64_t nan = 0;
+      EXPECT_LT(test::rel_frobenius(a, b, &nan), 1e-3) << "rank " << r;
+      EXPECT_EQ(nan, 0);
+    }
+  }
+  for (ncclComm_t comm : comms) destroy_nccl_comm(comm);
+}
+
+TEST(GpuParallelLayer, BadSetupsNameTheValue) {
+  FP4MOE_REQUIRE_GPU();
+  std::vector<ncclComm_t> comms = make_local_nccl_comms({0});
+  MoeConfig c = preset("glm5-small");  // I = 128: one rank is fine; the errors below come from the partition
+  const MoeWeights w = random_moe_weights(c, Fp4Format::nvfp4, 8);
+  EXPECT_THROW(ParallelMoeLayer(c, w, ParallelMode::expert_allgather, nullptr), Error);
+  ParallelMoeLayer ok(c, w, ParallelMode::tensor, comms[0]);
+  DeviceBuffer<uint16_t> x(size_t(c.hidden)), out(size_t(c.hidden));
+  DeviceBuffer<float> l(size_t(c.num_experts));
+  try {
+    ok.forward(nullptr, reinterpret_cast<const __nv_bfloat16*>(x.get()), l.get(), 2000,
+               reinterpret_cast<__nv_bfloat16*>(out.get()));
+    ADD_FAILURE() << "T above max_tokens was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokens = 2000"), std::string::npos) << e.what();
+  }
+  destroy_nccl_comm(comms[0]);
+}
+
+}  // namespace
+}  // namespace fp4moe
