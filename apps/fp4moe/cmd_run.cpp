@@ -39,6 +39,7 @@ struct RunOptions {
   std::string checkpoint;  // with layer: a ModelOpt NVFP4 checkpoint's MoE layer instead of random weights
   int64_t layer = -1;
   std::string input, output;  // replay
+  int ep = 0, tp = 0;          // the layer across this many local GPUs
 };
 
 Fp4Format parse_format(const std::string& s) {
@@ -237,6 +238,11 @@ void run(const RunOptions& o) {
   const auto devs = o.cpu ? std::vector<DeviceInfo>{} : list_devices(&why);
   if (o.cpu) why = "--cpu given";
   if (!o.input.empty()) return run_replay(o, devs, why);
+  if (o.ep || o.tp) {
+    FP4MOE_CHECK(!(o.ep && o.tp), "--ep and --tp are one or the other");
+    FP4MOE_CHECK(!devs.empty(), "--" << (o.ep ? "ep" : "tp") << " needs GPUs; " << why);
+    return run_parallel(choose_layer(o), {o.ep ? "ep" : "tp", o.ep ? o.ep : o.tp, o.tokens, o.seed, o.reps, o.check}, devs);
+  }
   if (devs.empty()) return run_cpu(o, why);
   const auto t0 = std::chrono::steady_clock::now();
   const RunLayer layer = choose_layer(o);
@@ -264,6 +270,10 @@ void register_run(CLI::App& app) {
                                     "with --output also writes the reference and the error");
   cmd->add_flag("--deterministic", o.deterministic, "Split finalize: bitwise identical run to run");
   cmd->add_flag("--cpu", o.cpu, "Run the CPU reference even when a GPU is present");
+  cmd->add_option("--ep", o.ep, "Expert parallelism (allgather) over this many local GPUs, one thread each; "
+                                "--tokens per rank; --check compares every rank with the single-GPU layer")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--tp", o.tp, "Tensor parallelism over this many local GPUs (as --ep)")->check(CLI::Range(1, 64));
   cmd->callback([] { run(o); });
 }
 

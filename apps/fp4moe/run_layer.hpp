@@ -30,4 +30,16 @@ struct ReplayRequest {
 void replay_on_gpu(const RunLayer& layer, const ReplayRequest& r, const DeviceInfo& dev);
 void replay_on_cpu(const RunLayer& layer, const ReplayRequest& r, const std::string& why_no_gpu);
 
+// --ep G / --tp G: the layer across G local GPUs, one thread per GPU
+// (run_parallel.cpp); each rank's output against the single-GPU layer.
+struct ParallelRequest {
+  std::string mode;  // "ep" (expert parallelism, allgather) or "tp"
+  int ranks = 1;
+  int64_t tokens = 1;  // per rank
+  uint64_t seed = 1;
+  int reps = 20;
+  bool check = false;
+};
+void run_parallel(const RunLayer& layer, const ParallelRequest& r, const std::vector<DeviceInfo>& devs);
+
 }  // namespace fp4moe::cli
