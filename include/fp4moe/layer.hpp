@@ -45,9 +45,9 @@ struct LayerOptions {
   // The layer then holds a 16 MiB split-K workspace (sm_90).
   bool split_k = true;
   // Host weights holding a range of the model's experts (expert parallelism):
-  // the model's id of weights.experts[0]; they hold [expert_begin, expert_begin
-  // + weights.experts.size()). DeviceMoeWeights says its range itself.
-  int64_t expert_begin = 0;
+  // weights.experts are the model's [expert_begin, expert_begin + expert_count);
+  // expert_count -1: all E. DeviceMoeWeights says its range itself.
+  int64_t expert_begin = 0, expert_count = -1;
 };
 
 // FP4 expert weights already on the GPU, in the layout a serving engine holds

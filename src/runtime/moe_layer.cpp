@@ -104,10 +104,14 @@ void MoeLayer::Impl::init_workspace() {
 MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions& opts) : impl_(new Impl) {
   Impl& m = *impl_;
   m.init_device(cfg, opts);
-  FP4MOE_CHECK(!w.experts.empty() && opts.expert_begin >= 0 &&
-                   opts.expert_begin + int64_t(w.experts.size()) <= cfg.num_experts,
-               "MoeLayer: " << w.experts.size() << " experts given from expert_begin = " << opts.expert_begin
-                            << "; the model has num_experts = " << cfg.num_experts);
+  const int64_t count = opts.expert_count < 0 ? cfg.num_experts : opts.expert_count;
+  FP4MOE_CHECK(opts.expert_begin >= 0 && count >= 1 && opts.expert_begin + count <= cfg.num_experts,
+               "MoeLayer: LayerOptions expert_begin = " << opts.expert_begin << ", expert_count = " << opts.expert_count
+                                                        << " is not a range of the model's " << cfg.num_experts << " experts");
+  FP4MOE_CHECK(int64_t(w.experts.size()) == count,
+               "MoeLayer: " << w.experts.size() << " experts given; "
+                            << (opts.expert_count < 0 ? "the model has num_experts = " : "LayerOptions::expert_count = ")
+                            << count);
   m.expert_begin = opts.expert_begin;
   FP4MOE_CHECK(w.has_shared == cfg.shared_expert, "MoeLayer: the model " << (cfg.shared_expert ? "has" : "has no")
                                                                           << " shared expert, the weights "

@@ -54,6 +54,7 @@ ParallelMoeLayer::ParallelMoeLayer(const MoeConfig& cfg, const MoeWeights& weigh
   if (mode == ParallelMode::expert_allgather) {
     const parallel::ExpertRange r = parallel::expert_range(cfg, p.rank, p.ranks);
     local.expert_begin = r.begin;
+    local.expert_count = r.count;
     local.max_tokens = G * T;  // every rank's rows
     p.layer = std::make_unique<MoeLayer>(cfg, parallel::slice_experts(weights, r), local);
     p.hidden_send.resize(size_t(T * H));
