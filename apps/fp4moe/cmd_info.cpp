@@ -3,13 +3,33 @@
 #include "commands.hpp"
 #include "fp4moe/device.hpp"
 #include "kernels/dependent_launch.hpp"
+#include "plan/arch.hpp"
+#include "plan/cutlass_blockscaled_model.hpp"
 #include "runtime/cuda_check.hpp"
 
 namespace fp4moe::cli {
 
+namespace {
+// The targets fp4moe plans for, with or without a GPU here (fp4moe plan --arch NAME).
+void print_arch_table() {
+  fmt::print("architectures fp4moe plans for (fp4moe plan --arch NAME):\n");
+  fmt::print("  {:<7} {:>14} {:>11} {:>9}  {}\n", "arch", "smem opt-in", "smem/SM", "reserved", "CUTLASS block-scaled grouped GEMM model");
+  for (const plan::Arch& a : plan::all_archs()) {
+    const char* cutlass = plan::cutlass::is_sm100(a.cc)          ? "sm_100: NVFP4, 1-SM and 2-SM clusters"
+                          : plan::cutlass::is_sm120_family(a.cc) ? "sm_120: NVFP4, MXFP4, MXFP8 x MXFP4"
+                          : a.cc == 103                          ? "none (capacities only; the launcher triples CTA_K)"
+                                                                 : "none";
+    fmt::print("  {:<7} {:>14} {:>11} {:>9}  {}\n", a.name, a.smem_optin_per_block, a.smem_per_sm,
+               a.smem_reserved_per_block, cutlass);
+  }
+}
+}  // namespace
+
 void register_info(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "List the CUDA devices and their shared-memory limits");
+  auto* cmd = app.add_subcommand("info", "List the CUDA devices and their shared-memory limits, and the architectures "
+                                         "fp4moe plans for");
   cmd->callback([] {
+    print_arch_table();
     std::string why;
     const auto devices = list_devices(&why);
     if (devices.empty()) {

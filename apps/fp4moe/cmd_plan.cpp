@@ -29,8 +29,10 @@ void print_terms(const char* title, const std::vector<cm::Term>& terms) {
 
 void print_report(const cm::Report& r) {
   const cm::Config& c = r.model.config;
-  fmt::print("{} CUTLASS {} block-scaled grouped GEMM, {} {}x{}x{}, epilogue {}{}\n", r.arch, cm::to_string(c.version),
-             cm::to_string(c.format), c.tile_m, c.tile_n, c.tile_k, cm::to_string(c.epilogue), c.swap_ab ? ", swap_ab" : "");
+  fmt::print("{} CUTLASS {} block-scaled grouped GEMM, {} {}x{}x{}{}, epilogue {}{}\n", r.arch, cm::to_string(c.version),
+             cm::to_string(c.format), c.tile_m, c.tile_n, c.tile_k,
+             cm::is_sm100(c.cc) ? fmt::format(", cluster {}x1x1", c.cluster_m) : "", cm::to_string(c.epilogue),
+             c.swap_ab ? ", swap_ab" : "");
   print_terms("builder (what CUTLASS's collective builder decides):", r.builder_terms);
   print_terms("carveout = sizeof(CollectiveEpilogue::SharedStorage):", r.epilogue_terms);
   print_terms("kernel (sizeof(GemmKernel::SharedStorage)):", r.kernel_terms);
@@ -65,8 +67,8 @@ void run_plan(const PlanOptions& o) {
       continue;
     }
     const cm::Config& c = r.model.config;
-    fmt::print("{:>3}x{:<3}x{:<3} {:<8} {:<7} stages {:>2}  kernel {:>6} of {:>6}  {:<13} {}\n", c.tile_m, c.tile_n,
-               c.tile_k, cm::to_string(c.epilogue), c.swap_ab ? "swap_ab" : "", r.model.builder.stages,
+    fmt::print("{:>3}x{:<3}x{:<3} {:<6} {:<8} {:<7} stages {:>2}  kernel {:>6} of {:>6}  {:<13} {}\n", c.tile_m, c.tile_n,
+               c.tile_k, fmt::format("{}x1x1", c.cluster_m), cm::to_string(c.epilogue), c.swap_ab ? "swap_ab" : "", r.model.builder.stages,
                r.model.kernel.total, r.limit, cm::to_string(r.verdict), r.fits ? "" : r.explanation);
   }
 }
@@ -81,6 +83,8 @@ void register_plan(CLI::App& app) {
   cmd->add_option("--format", o.format, "nvfp4, mxfp8_mxfp4 or mxfp4 (cutlass)")->capture_default_str();
   cmd->add_option("--tile", o.tile, "MxNxK (cutlass) or a decode tile name/index")->capture_default_str();
   cmd->add_option("--epilogue", o.epilogue, "none or finalize (cutlass)")->capture_default_str();
+  cmd->add_option("--cluster", o.cluster, "1x1x1 or 2x1x1 (cutlass, sm100: the MMA tile's M is CTA_M x cluster M)")
+      ->capture_default_str();
   cmd->add_flag("--swap-ab", o.swap_ab, "Swap A and B (cutlass)");
   cmd->add_option("--cutlass", o.cutlass_version, "CUTLASS version of the model, e.g. 4.4 or 4.4.2 (default: FlashInfer's pin)");
   cmd->add_option("--stages", o.stages, "Force a stage count instead of the automatic one")->check(CLI::Range(0, 64));

@@ -27,8 +27,10 @@ std::string tile_string(const Config& c) {
 
 std::string config_string(const Config& c) {
   std::ostringstream os;
-  os << "sm_" << c.cc << " " << to_string(c.format) << " " << tile_string(c) << " epilogue "
-     << to_string(c.epilogue) << (c.swap_ab ? " swap_ab" : "") << " (CUTLASS " << to_string(c.version) << ")";
+  os << "sm_" << c.cc << " " << to_string(c.format) << " " << tile_string(c);
+  if (is_sm100(c.cc)) os << " cluster " << c.cluster_m << "x1x1";
+  os << " epilogue " << to_string(c.epilogue) << (c.swap_ab ? " swap_ab" : "") << " (CUTLASS " << to_string(c.version)
+     << ")";
   return os.str();
 }
 
@@ -40,7 +42,7 @@ const Arch& arch_for(int cc) {
 
 // What the kernel needs at each explicit stage count, highest first, until one fits.
 int best_explicit_stages(const Config& c, int below, std::int64_t limit, std::int64_t* bytes) {
-  for (int s = below; s >= kMinStages; --s) {
+  for (int s = below; s >= min_stages(c); --s) {
     const std::int64_t b = kernel_bytes_at(c, s);
     if (b <= limit) {
       *bytes = b;
@@ -51,12 +53,91 @@ int best_explicit_stages(const Config& c, int below, std::int64_t limit, std::in
 }
 
 Verdict verdict_of(const Model& m, std::int64_t limit) {
-  if (m.builder.stages < kMinStages) return Verdict::too_few_stages;
+  if (m.builder.stages < min_stages(m.config)) return Verdict::too_few_stages;
   if (m.kernel.total > limit) return Verdict::exceeds_limit;
   return Verdict::fits;
 }
 
+// ---- sm_100 terms (cutlass_sm100_model.hpp) ----
+
+std::vector<Term> sm100_builder_terms(const Model& m) {
+  const auto& s = m.stage;
+  const auto& b = m.builder;
+  const Config& c = m.config;
+  const int mc = c.tile_m / c.cluster_m, nb = c.tile_n / c.cluster_m;
+  const std::string per_cta = c.cluster_m == 2 ? " (per CTA of the 2-SM pair)" : "";
+  std::vector<Term> v;
+  v.push_back({"per stage: A " + std::to_string(mc) + "x" + std::to_string(c.tile_k) + " x 4 bit" + per_cta, s.a,
+               "sm100_blockscaled_umma_builder.inl:83, 203"});
+  v.push_back({"per stage: B " + std::to_string(nb) + "x" + std::to_string(c.tile_k) + " x 4 bit" + per_cta, s.b,
+               "sm100_blockscaled_umma_builder.inl:84, 219"});
+  v.push_back({"per stage: SFA " + std::to_string(mc) + " rows x " + std::to_string(c.tile_k / 16) + " scales", s.sfa,
+               "sm100_blockscaled_layout.hpp:142"});
+  v.push_back({"per stage: SFB " + std::to_string(round_up(c.tile_n, 128)) + " cols (N padded to 128) x " +
+                   std::to_string(c.tile_k / 16) + " scales",
+               s.sfb, "sm100_blockscaled_layout.hpp:180"});
+  v.push_back({m.rules.stage_barrier_rounded ? "per stage: pipeline barriers (16, rounded to 128)" : "per stage: pipeline barriers",
+               s.barrier, "sm100_blockscaled_umma_builder.inl:76"});
+  v.push_back({"per stage: total", s.total(), "sm100_blockscaled_umma_builder.inl:77-85"});
+  v.push_back({"builder capacity (sm100_smem_capacity_bytes)", b.capacity, "cutlass/arch/arch.h:44"});
+  v.push_back({"KernelSmemCarveout (pipelines, CLC responses, TMEM, tensor maps)", b.capacity_reduction,
+               "sm100_blockscaled_umma_builder.inl:255; sm100_pipeline_carveout.inl:73-82"});
+  v.push_back({"carveout = sizeof(CollectiveEpilogue::SharedStorage)", b.carveout, "moe_gemm_tma_ws_launcher.inl:500-502"});
+  v.push_back({b.forced ? "stages (StageCount<n>)" : "stages = (capacity - KernelSmemCarveout - carveout) / per stage",
+               b.stages, "sm100_blockscaled_umma_builder.inl:87"});
+  return v;
+}
+
+std::vector<Term> sm100_epilogue_term_list(const Model& m) {
+  const auto& e = m.epilogue;
+  std::vector<Term> v;
+  v.push_back({"D tiles: " + std::to_string(e.stages_d) + " x " + std::to_string(e.tile_m) + "x" + std::to_string(e.tile_n) +
+                   " bf16 (C is void: no C tiles)",
+               e.smem_d, "sm100_builder.inl:1113; sm100_epilogue_array_tma_warpspecialized.hpp:161-167, 189-192"});
+  v.push_back({m.config.epilogue == Epilogue::finalize
+                   ? (m.config.swap_ab ? "fusion: router scales row broadcast (float x N)" : "fusion: bias row broadcast (bf16 x N)")
+                   : "fusion: LinearCombination (empty)",
+               e.fusion, "sm90_visitor_load_tma_warpspecialized.hpp:988; sm90_visitor_scatter.hpp:449-481"});
+  v.push_back({"alignment padding (swizzle alignment " + std::to_string(e.alignment) + ")", e.tensors - e.collective - e.fusion,
+               "sm100_epilogue_array_tma_warpspecialized.hpp:175, 212-220"});
+  v.push_back({"epilogue TensorStorage", e.tensors, "sm100_epilogue_array_tma_warpspecialized.hpp:212-220"});
+  v.push_back({"epilogue tensor maps (C, D)", e.tensormaps, "sm100_epilogue_array_tma_warpspecialized.hpp:222-225"});
+  v.push_back({"epilogue load pipeline (" + std::to_string(e.stages_c) + " stages, allocated though C is void)", e.pipeline,
+               "sm100_builder.inl:1114; sm100_epilogue_array_tma_warpspecialized.hpp:201, 228"});
+  v.push_back({"rounding to alignment", e.total - e.tensors - e.tensormaps - e.pipeline,
+               "sm100_epilogue_array_tma_warpspecialized.hpp:208-230"});
+  v.push_back({"sizeof(CollectiveEpilogue::SharedStorage)", e.total, "sm100_epilogue_array_tma_warpspecialized.hpp:208-230"});
+  return v;
+}
+
+std::vector<Term> sm100_kernel_term_list(const Model& m) {
+  const auto& k = m.kernel;
+  const std::string st = std::to_string(k.stages);
+  const char* K = "sm100_gemm_array_tma_warpspecialized.hpp:";
+  std::vector<Term> v;
+  v.push_back({"mainloop pipeline (PipelineTmaUmmaAsync<" + st + ">)", k.mainloop_pipeline, std::string(K) + "235-273"});
+  v.push_back({"epilogue load pipeline", k.epilogue_pipeline, std::string(K) + "235-273"});
+  v.push_back({"load order barrier", k.load_order, std::string(K) + "235-273"});
+  v.push_back({"scheduler pipeline (PipelineAsync<8>, group scheduler)", k.scheduler_pipeline, std::string(K) + "196-198"});
+  v.push_back({"accumulator pipeline (PipelineUmmaAsync)", k.accumulator_pipeline, std::string(K) + "193"});
+  v.push_back({"CLC throttle and TMEM dealloc barriers", k.small_pipelines, std::string(K) + "205-207"});
+  v.push_back({"tensor-map-ready pipeline (async tensor-map update, >= 4.3.0)", k.tensormap_ready, std::string(K) + "270"});
+  v.push_back({"scheduler responses", k.scheduler_response, std::string(K) + "210-221, 277"});
+  v.push_back({"TMEM base pointer", k.tmem_base_ptr, std::string(K) + "278"});
+  v.push_back({"tensor maps (A, B, SFA, SFB, C, D) x " + std::to_string(k.tensormap_copies), k.tensormaps,
+               std::string(K) + "280-285"});
+  v.push_back({"epilogue TensorStorage", k.epilogue_tensors, std::string(K) + "287-293"});
+  v.push_back({"A: " + st + " stages", k.a, "sm100_blockscaled_mma_array_warpspecialized.hpp:287-290"});
+  v.push_back({"B: " + st + " stages", k.b, "sm100_blockscaled_mma_array_warpspecialized.hpp:287-290"});
+  v.push_back({"SFA: " + st + " stages", k.sfa, "sm100_blockscaled_mma_array_warpspecialized.hpp:287-290"});
+  v.push_back({"SFB: " + st + " stages", k.sfb, "sm100_blockscaled_mma_array_warpspecialized.hpp:287-290"});
+  v.push_back({"padding (to 128 after the head, to the epilogue's alignment)", k.tail_padding, std::string(K) + "228-296"});
+  v.push_back({"GemmKernel::SharedStorageSize", k.total, std::string(K) + "296"});
+  return v;
+}
+
 std::vector<Term> make_builder_terms(const Model& m) {
+  if (is_sm100(m.config.cc)) return sm100_builder_terms(m);
   const auto& s = m.stage;
   const auto& b = m.builder;
   const FormatTraits t = traits(m.config.format);
@@ -86,6 +167,7 @@ std::vector<Term> make_builder_terms(const Model& m) {
 }
 
 std::vector<Term> make_epilogue_terms(const Model& m) {
+  if (is_sm100(m.config.cc)) return sm100_epilogue_term_list(m);
   const auto& e = m.epilogue;
   std::vector<Term> v;
   std::ostringstream c_name, d_name;
@@ -113,6 +195,7 @@ std::vector<Term> make_epilogue_terms(const Model& m) {
 }
 
 std::vector<Term> make_kernel_terms(const Model& m) {
+  if (is_sm100(m.config.cc)) return sm100_kernel_term_list(m);
   const auto& k = m.kernel;
   std::vector<Term> v;
   const std::string st = std::to_string(k.stages);
@@ -167,10 +250,18 @@ std::string explain(const Model& m, const std::string& arch, std::int64_t limit,
             "\"Failed to initialize cutlass TMA WS grouped gemm. Error: Error Internal\").";
       break;
     case Verdict::too_few_stages:
-      os << ": does not compile (the mainloop static_asserts Stages >= 2).";
+      os << (is_sm100(m.config.cc)
+                 ? ": does not compile (the builder static_asserts Stages > 0: \"Smem usage is too high.\")."
+                 : ": does not compile (the mainloop static_asserts Stages >= 2).");
       break;
   }
-  if (!b.forced && k.total != b.believed_bytes()) {
+  if (is_sm100(m.config.cc) && !b.forced) {
+    os << " The builder counted " << b.believed_bytes() << " bytes (KernelSmemCarveout " << b.capacity_reduction
+       << " + carveout " << b.carveout << " + " << b.stages << " x " << b.per_stage << "); the kernel lays out "
+       << k.total << ": its bookkeeping head (pipelines " << k.pipelines << ", scheduler responses "
+       << k.scheduler_response << ", " << k.tensormap_copies << " x " << (k.tensormaps / std::max(k.tensormap_copies, 1))
+       << " bytes of tensor maps) and padding differ from the carveout's estimate.";
+  } else if (!b.forced && k.total != b.believed_bytes()) {
     const auto& e = m.epilogue;
     const std::int64_t padding = k.mainloop_padding + k.tensors_padding + k.tail_padding;
     const std::int64_t extras = padding + k.pipelines + k.scheduler_response + k.mainloop_tensormaps;
@@ -197,7 +288,7 @@ void add_suggestions(Report& r) {
   auto describe = [&](const Model& m) {
     std::ostringstream os;
     os << m.builder.stages << " stages, kernel " << m.kernel.total << " bytes";
-    if (m.builder.stages < kMinStages) {
+    if (m.builder.stages < min_stages(m.config)) {
       os << " (does not compile)";
     } else if (m.kernel.total <= limit) {
       os << ", fits with " << (limit - m.kernel.total) << " to spare";
@@ -206,7 +297,7 @@ void add_suggestions(Report& r) {
     }
     return os.str();
   };
-  auto fits = [&](const Model& m) { return m.builder.stages >= kMinStages && m.kernel.total <= limit; };
+  auto fits = [&](const Model& m) { return m.builder.stages >= min_stages(m.config) && m.kernel.total <= limit; };
   // A suggestion for an alternative configuration, as the model sees it.
   auto propose = [&](const char* kind, const Config& alt, std::string text) {
     const Model m = model(alt);
@@ -223,8 +314,8 @@ void add_suggestions(Report& r) {
   // 1. An explicit lower stage count (StageCount<n> instead of StageCountAutoCarveout).
   {
     std::int64_t bytes = 0;
-    const int below = std::max(r.model.builder.stages - 1, kMinStages - 1);
-    const int s = r.model.builder.stages > kMinStages ? best_explicit_stages(c, below, limit, &bytes) : 0;
+    const int below = std::max(r.model.builder.stages - 1, min_stages(c) - 1);
+    const int s = r.model.builder.stages > min_stages(c) ? best_explicit_stages(c, below, limit, &bytes) : 0;
     Suggestion sg;
     sg.kind = "stages";
     if (s > 0) {
@@ -239,12 +330,12 @@ void add_suggestions(Report& r) {
       sg.text = os.str();
     } else {
       sg.config = c;
-      sg.config.forced_stages = kMinStages;
-      sg.stages = kMinStages;
-      sg.smem_bytes = kernel_bytes_at(c, kMinStages);
+      sg.config.forced_stages = min_stages(c);
+      sg.stages = min_stages(c);
+      sg.smem_bytes = kernel_bytes_at(c, min_stages(c));
       sg.fits = false;
       std::ostringstream os;
-      os << "no explicit stage count fits: even StageCount<2> needs " << sg.smem_bytes << " bytes";
+      os << "no explicit stage count fits: even StageCount<" << min_stages(c) << "> needs " << sg.smem_bytes << " bytes";
       sg.text = os.str();
     }
     r.suggestions.push_back(sg);
@@ -341,13 +432,29 @@ void check(const Config& c) {
   switch (v.problem) {
     case Problem::ok: return;
     case Problem::arch:
-      throw Error("the CUTLASS block-scaled grouped GEMM model covers sm_120 and sm_121; got sm_" + std::to_string(c.cc));
+      throw Error("the CUTLASS block-scaled grouped GEMM model covers sm_100, sm_120 and sm_121; got sm_" +
+                  std::to_string(c.cc) + (c.cc == 103 ? " (sm_103's launcher triples CTA_K and is not modelled)" : ""));
+    case Problem::cluster:
+      throw Error(is_sm100(c.cc) ? "cluster " + std::to_string(c.cluster_m) +
+                                       "x1x1: TensorRT-LLM's sm_100 launcher takes clusters 1x1x1 (1-SM MMA) and 2x1x1 (2-SM MMA)"
+                                 : "cluster " + std::to_string(c.cluster_m) + "x1x1: the sm_120 grouped GEMM runs 1x1x1 only");
+    case Problem::format:
+      throw Error("format " + std::string(to_string(c.format)) + " on sm_100 is not modelled (NVFP4 is)");
     case Problem::version:
       throw Error("CUTLASS " + to_string(c.version) + " has no sm_120 block-scaled grouped GEMM (needs >= 3.9)");
     case Problem::tile_m:
+      if (is_sm100(c.cc))
+        throw Error("tile M = " + std::to_string(c.tile_m) + " with a " + std::to_string(c.cluster_m) +
+                    "x1x1 cluster does not compile: CUTLASS's sm_100 builder static_asserts \"Invalid TileShape_M.\" "
+                    "(sm100_common.inl:" + (c.cluster_m == 1 ? "833: the 1-SM block-scaled MMA takes M = 128"
+                                                                : "893: the 2-SM block-scaled MMA takes M = 256") +
+                    "; the MMA tile's M is CTA_M x cluster M)");
       throw Error("tile M = " + std::to_string(c.tile_m) +
                   " is not a multiple of 128 (the sm_120 cooperative grouped kernel tiles M by 128 and needs M >= 128)");
     case Problem::tile_n:
+      if (is_sm100(c.cc))
+        throw Error("tile N = " + std::to_string(c.tile_n) + " does not compile on sm_100: \"Invalid TileShape_N.\" "
+                    "(sm100_common.inl:837, 897; the mainloop: \"Cta N should be one of 64/128/192/256\")");
       throw Error("tile N = " + std::to_string(c.tile_n) +
                   " is not 32, 64 or a multiple of 128 (sm_120 builder: N >= 32, the MMA permutation and the epilogue "
                   "tile are 32 wide, and the SFB smem layout is made of 128-column blocks)");
@@ -359,7 +466,8 @@ void check(const Config& c) {
                   std::to_string(t.sf_vector) + " (= " + std::to_string(v.multiple) + ") for " +
                   std::string(to_string(c.format)));
     case Problem::forced_stages:
-      throw Error("stage count " + std::to_string(c.forced_stages) + " is below the mainloop's minimum of 2");
+      throw Error("stage count " + std::to_string(c.forced_stages) + " is below the mainloop's minimum of " +
+                  std::to_string(min_stages(c)));
   }
   throw Error("invalid configuration " + config_string(c));
 }
@@ -389,7 +497,16 @@ Report analyze(const Config& c, std::int64_t limit_bytes) {
 }
 
 std::vector<TileCandidate> trtllm_tile_candidates(int cc, Format f) {
-  FP4MOE_CHECK(is_sm120_family(cc), "TRT-LLM tile candidates are modelled for sm_120/sm_121; got sm_" << cc);
+  if (is_sm100(cc)) {
+    // FlashInfer's sm_100 generator for e2m1 (generate_kernels.py): CTA_M 128, CTA_N 64/128/256, CTA_K 256,
+    // clusters 1x1x1 and 2x1x1; the MMA tile's M is CTA_M x cluster M (L:245-246).
+    FP4MOE_CHECK(f == Format::nvfp4, "TRT-LLM tile candidates for sm_100 are modelled for NVFP4; got " << to_string(f));
+    std::vector<TileCandidate> v;
+    for (int cm : {1, 2})
+      for (int n : {64, 128, 256}) v.push_back({128 * cm, n, 256, cm == 1 ? "CtaShape128xNx256B 1x1x1" : "CtaShape128xNx256B 2x1x1", cm});
+    return v;
+  }
+  FP4MOE_CHECK(is_sm120_family(cc), "TRT-LLM tile candidates are modelled for sm_100 and sm_120/sm_121; got sm_" << cc);
   // The enum's K is in bytes of the activation type (KtileBytes = K * 8 / bits(T)).
   if (f == Format::mxfp8_mxfp4) {
     return {{128, 128, 128, "CtaShape128x128x128B"},
@@ -414,6 +531,7 @@ std::vector<Report> sweep(int cc, Format f, Version v) {
         c.tile_m = t.m;
         c.tile_n = t.n;
         c.tile_k = t.k;
+        c.cluster_m = t.cluster_m;
         c.epilogue = e;
         c.swap_ab = swap;
         c.version = v;

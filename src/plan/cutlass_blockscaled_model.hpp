@@ -57,7 +57,7 @@ inline constexpr Version kFlashInferPin{4, 5, 0};
 inline constexpr Version kInstalledHeaders{4, 2, 0};
 
 struct Config {
-  int cc = 120;  // 120 or 121 (sm_120 family); 100/103 are rejected until modelled
+  int cc = 120;  // 120 or 121 (sm_120 family), or 100 (sm_100, cutlass_sm100_model.hpp); 103 is not modelled
   Format format = Format::nvfp4;
   int tile_m = 128;  // CUTLASS MMA tile, after swap_ab: M runs over the A operand
   int tile_n = 128;
@@ -67,6 +67,10 @@ struct Config {
   OutputType output = OutputType::bf16;
   Version version = kFlashInferPin;
   int forced_stages = 0;  // 0: StageCountAutoCarveout (what TRT-LLM uses); n > 0: StageCount<n>
+  // sm_100: the cluster's M (1: the 1-SM MMA; 2: the 2-SM MMA over a 2x1x1
+  // cluster). tile_m is the MMA tile handed to the builder, 128 x cluster_m
+  // (the launcher doubles CTA_M for 2-SM, L:242-246). sm_120: 1 only.
+  int cluster_m = 1;
 };
 
 // What changed between CUTLASS versions, as far as shared memory goes. Verified
@@ -77,6 +81,9 @@ struct VersionRules {
   bool sf_alignas16 = false;        // C:273-274 alignas(16) smem_SFA / smem_SFB (same change)
   bool stage_barrier_rounded = false;  // S:76 round_up(sizeof(PipelineTmaUmmaAsync<1>::SharedStorage), 128) (4.4.0; 4.2.2 backport)
   bool grouped_capacity_carve = false;  // B:233-254 subtract scheduler pipeline, 2 tensormaps, tensormap-ready pipeline (4.4.2)
+  // sm_100 kernels update tensor maps asynchronously from 4.3.0: 5 tensor-map
+  // copies, 2 scheduler response arrays, a tensor-map-ready pipeline.
+  bool async_tensormap_update = false;
 };
 
 constexpr VersionRules rules_for(Version v) {
@@ -86,6 +93,7 @@ constexpr VersionRules rules_for(Version v) {
   r.sf_alignas16 = ge440;
   r.stage_barrier_rounded = ge440 || (v.major == 4 && v.minor == 2 && v.patch >= 2);
   r.grouped_capacity_carve = v >= Version{4, 4, 2};
+  r.async_tensormap_update = v >= Version{4, 3, 0};
   return r;
 }
 
@@ -100,6 +108,8 @@ enum class Problem : std::uint8_t {
   tile_k_scale,     // K must be a multiple of 4 scale blocks (Blk_SF = 4): 64 for NVFP4, 128 for MX
   forced_stages,    // StageCount<n> with n < 2
   version,          // a CUTLASS version without the sm_120 grouped block-scaled kernel (< 3.9)
+  cluster,          // sm_100: cluster M must be 1 or 2; sm_120: 1
+  format,           // sm_100: only NVFP4 is modelled
 };
 
 struct Validation {
@@ -127,9 +137,14 @@ constexpr FormatTraits traits(Format f) {
 }
 
 constexpr bool is_sm120_family(int cc) { return cc == 120 || cc == 121; }
+constexpr bool is_sm100(int cc) { return cc == 100; }
+
+constexpr Validation validate_sm100(const Config& c);  // cutlass_sm100_model.hpp
 
 constexpr Validation validate(const Config& c) {
+  if (is_sm100(c.cc)) return validate_sm100(c);
   if (!is_sm120_family(c.cc)) return {Problem::arch, c.cc, 0};
+  if (c.cluster_m != 1) return {Problem::cluster, c.cluster_m, 1};
   if (c.version < Version{3, 9, 0}) return {Problem::version, c.version.major * 100 + c.version.minor * 10 + c.version.patch, 0};
   const FormatTraits t = traits(c.format);
   // K (kernel:442) requires M >= 128 for the cooperative kernel; B:110/192 tile M by 128.
@@ -208,6 +223,12 @@ struct KernelTerms {
   std::int64_t tensormaps = 0;
   std::int64_t tail_padding = 0;        // rounding of the whole struct to its 1024-byte alignment
   std::int64_t total = 0;
+  // sm_100 only (cutlass_sm100_model.hpp)
+  std::int64_t accumulator_pipeline = 0;  // PipelineUmmaAsync<1 or 2>: 16 per stage
+  std::int64_t small_pipelines = 0;       // CLC throttle (PipelineEmpty) + TMEM dealloc barrier: 16 + 16
+  std::int64_t tensormap_ready = 0;       // PipelineAsync<8>: 128 (from 4.3.0)
+  std::int64_t tmem_base_ptr = 0;         // 4
+  int tensormap_copies = 0;               // 1, or 5 from 4.3.0 (async update)
 };
 
 struct Model {
@@ -308,8 +329,11 @@ constexpr KernelTerms kernel_terms(const StageTerms& s, const EpilogueTerms& e, 
   return k;
 }
 
+constexpr Model sm100_model(const Config& c);  // cutlass_sm100_model.hpp
+
 // Precondition: validate(c).ok(). Throws nothing; evaluates at compile time.
 constexpr Model model(const Config& c) {
+  if (is_sm100(c.cc)) return sm100_model(c);
   Model m;
   m.config = c;
   m.rules = rules_for(c.version);
@@ -338,8 +362,9 @@ constexpr std::int64_t kernel_bytes_at(const Config& c, int stages) {
   return model(f).kernel.total;
 }
 
-// The collective static_asserts Stages >= 2 (C:225).
+// The sm_120 collective static_asserts Stages >= 2 (C:225); the sm_100 builder only Stages > 0 (MB:264).
 inline constexpr int kMinStages = 2;
+constexpr int min_stages(const Config& c) { return is_sm100(c.cc) ? 1 : kMinStages; }
 
 // ---- verdicts and reports (runtime, cutlass_blockscaled_model.cpp) ----------------------
 
@@ -385,8 +410,9 @@ Report analyze(const Config& c);
 Report analyze(const Config& c, std::int64_t limit_bytes);
 
 struct TileCandidate {
-  int m, n, k;
-  std::string_view trtllm_name;  // CutlassTileConfigSM120 enum name (K in bytes of the activation type)
+  int m, n, k;                   // the MMA tile handed to the builder (sm_100 2-SM: M = 2 x CTA_M)
+  std::string_view trtllm_name;  // CutlassTileConfigSM120 / SM100 enum name (sm_120: K in bytes of the activation)
+  int cluster_m = 1;
 };
 // The tiles TensorRT-LLM/FlashInfer's heuristic offers for sm_120 grouped GEMM after its
 // own pruning (cutlass_heuristic.cpp:642-673, dispatch moe_gemm_template_dispatch_tma_ws.h:522-529).
@@ -404,3 +430,5 @@ Epilogue parse_epilogue(std::string_view s);  // "none", "finalize"
 Version parse_version(std::string_view s);    // "4.4", "4.4.2"
 
 }  // namespace fp4moe::plan::cutlass
+
+#include "plan/cutlass_sm100_model.hpp"  // the sm_100 arithmetic, declared above

@@ -21,7 +21,7 @@ void parse_tile(const std::string& s, int& m, int& n, int& k) {
   const int got = std::sscanf(s.c_str(), "%d%c%d%c%d%n", &m, &x1, &n, &x2, &k, &consumed);
   FP4MOE_CHECK(got == 5 && (x1 == 'x' || x1 == 'X') && (x2 == 'x' || x2 == 'X') && consumed == int(s.size()) && m > 0 &&
                    n > 0 && k > 0,
-               "tile '" << s << "' is not MxNxK with positive integers (e.g. 128x256x128)");
+               "'" << s << "' is not AxBxC with positive integers (e.g. tile 128x256x128, cluster 2x1x1)");
 }
 
 int decode_tile_index(const std::string& s) {
@@ -64,6 +64,10 @@ PlanAnswer answer(const PlanQuery& q) {
   c.format = format;
   parse_tile(q.tile, c.tile_m, c.tile_n, c.tile_k);
   c.epilogue = cm::parse_epilogue(q.epilogue);
+  int cx = 0, cy = 0, cz = 0;
+  parse_tile(q.cluster, cx, cy, cz);
+  FP4MOE_CHECK(cy == 1 && cz == 1, "cluster '" << q.cluster << "' is not Mx1x1 (TensorRT-LLM's launcher clusters along M)");
+  c.cluster_m = cx;
   c.swap_ab = q.swap_ab;
   c.version = version;
   c.forced_stages = q.stages;
@@ -82,6 +86,7 @@ json to_json(const cm::Report& r) {
           {"cutlass", cm::to_string(c.version)},
           {"format", std::string(cm::to_string(c.format))},
           {"tile", fmt::format("{}x{}x{}", c.tile_m, c.tile_n, c.tile_k)},
+          {"cluster", fmt::format("{}x1x1", c.cluster_m)},
           {"epilogue", std::string(cm::to_string(c.epilogue))},
           {"swap_ab", c.swap_ab},
           {"capacity", r.limit},

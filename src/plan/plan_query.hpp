@@ -18,6 +18,7 @@ struct PlanQuery {
   std::string format = "nvfp4";     // cutlass: nvfp4, mxfp8_mxfp4, mxfp4
   std::string tile = "128x128x128"; // cutlass: MxNxK; decode: a tile name or index
   std::string epilogue = "none";    // cutlass: none or finalize
+  std::string cluster = "1x1x1";    // cutlass sm_100: 1x1x1 or 2x1x1
   std::string cutlass_version;      // empty: FlashInfer's pin
   bool swap_ab = false;
   bool sweep = false;               // every tile of the family instead of `tile`

@@ -14,6 +14,7 @@
 
 #include "fp4moe/error.hpp"
 #include "plan/cutlass_blockscaled_model.hpp"
+#include "test_util.hpp"
 
 namespace fp4moe::plan::cutlass {
 namespace {
@@ -365,6 +366,100 @@ TEST(CutlassModel, ParsersAcceptTheCliSpellingsAndRejectTheRest) {
   EXPECT_THROW(parse_version("4"), Error);
   EXPECT_THROW(parse_version("v4.4"), Error);
   EXPECT_EQ(to_string(Version{4, 5, 0}), "4.5.0");
+}
+
+}  // namespace
+}  // namespace fp4moe::plan::cutlass
+
+// ---- sm_100 (plan/cutlass_sm100_model.hpp) ----
+// [pin] and [4.2] as above, from tests/cutlass/test_cutlass_sm100_sizeof.cu compiled
+// against each version's headers (CUTLASS 4.5.0 as FlashInfer pins it, commit b46b16d).
+namespace fp4moe::plan::cutlass {
+namespace {
+
+Config sm100(int m, int n, int k, int cluster, Epilogue e, bool swap = false, Version v = kFlashInferPin) {
+  Config c = cfg(m, n, k, e, swap, Format::nvfp4, v);
+  c.cc = 100;
+  c.cluster_m = cluster;
+  return c;
+}
+
+static_assert(model(Config{100, Format::nvfp4, 256, 128, 256, Epilogue::finalize, false, OutputType::bf16,
+                           kFlashInferPin, 0, 2})
+                  .kernel.total == 222720);
+
+TEST(CutlassSm100, TheIssuesConfigurationsExactly) {
+  const Report a = analyze(sm100(128, 128, 256, 1, kNone));
+  EXPECT_EQ(a.model.builder.stages, 5);
+  EXPECT_EQ(a.model.kernel.total, 206336);
+  EXPECT_EQ(a.limit, 232448);
+  EXPECT_TRUE(a.fits);
+  EXPECT_EQ(analyze(sm100(128, 128, 256, 1, kNone, true)).model.kernel.total, 206848);
+  const Report c = analyze(sm100(256, 128, 256, 2, kFin));
+  EXPECT_EQ(c.model.builder.stages, 7);
+  EXPECT_EQ(c.model.kernel.total, 222720);
+  // the terms: per stage per CTA, the builder's carveout for the kernel, the epilogue
+  EXPECT_EQ(c.model.stage.a, 128 * 256 / 2);
+  EXPECT_EQ(c.model.stage.b, 64 * 256 / 2) << "the 2-SM MMA splits the B tile over the pair";
+  EXPECT_EQ(c.model.stage.sfb, 128 * 256 / 16) << "the B scales cover the whole MMA N";
+  EXPECT_EQ(c.model.builder.capacity_reduction, 3416);
+  EXPECT_EQ(c.model.epilogue.total, 17408);
+  EXPECT_EQ(c.model.epilogue.fusion, 256) << "the bias row broadcast, bf16 x N";
+}
+
+TEST(CutlassSm100, InstalledHeadersVersion) {
+  // [4.2]: the same stages; a smaller bookkeeping head (one tensor-map copy, one response array)
+  EXPECT_EQ(model(sm100(128, 128, 256, 1, kNone, false, kInstalledHeaders)).kernel.total, 202752);
+  EXPECT_EQ(model(sm100(128, 128, 256, 1, kNone, true, kInstalledHeaders)).kernel.total, 203776);
+  const Model m = model(sm100(256, 128, 256, 2, kFin, false, kInstalledHeaders));
+  EXPECT_EQ(m.builder.stages, 7);
+  EXPECT_EQ(m.kernel.total, 219136);
+  EXPECT_EQ(m.builder.capacity_reduction, 984);
+  // where the versions part: 2-SM N = 256 drops a stage at 4.5.0
+  EXPECT_EQ(model(sm100(256, 256, 256, 2, kFin, true, kInstalledHeaders)).builder.stages, 5);
+  EXPECT_EQ(model(sm100(256, 256, 256, 2, kFin, true)).builder.stages, 4);
+}
+
+TEST(CutlassSm100, WhatCutlassCannotBuildIsRefusedWithItsAssertion) {
+  std::string e = test::error_of([] { analyze(sm100(256, 128, 256, 1, kNone)); });
+  EXPECT_NE(e.find("\"Invalid TileShape_M.\""), std::string::npos) << e;
+  EXPECT_NE(e.find("sm100_common.inl:833"), std::string::npos) << e;
+  e = test::error_of([] { analyze(sm100(128, 128, 256, 2, kNone)); });
+  EXPECT_NE(e.find("\"Invalid TileShape_M.\""), std::string::npos) << e;
+  EXPECT_NE(e.find("2-SM block-scaled MMA takes M = 256"), std::string::npos) << e;
+  e = test::error_of([] { analyze(sm100(128, 96, 256, 1, kNone)); });
+  EXPECT_NE(e.find("\"Invalid TileShape_N.\""), std::string::npos) << e;
+  e = test::error_of([] { analyze(sm100(128, 128, 96, 1, kNone)); });
+  EXPECT_NE(e.find("tile K = 96"), std::string::npos) << e;
+  e = test::error_of([] { analyze(sm100(128, 128, 256, 4, kNone)); });
+  EXPECT_NE(e.find("cluster 4x1x1"), std::string::npos) << e;
+  Config mx = sm100(128, 128, 256, 1, kNone);
+  mx.format = Format::mxfp4;
+  EXPECT_NE(test::error_of([&] { analyze(mx); }).find("not modelled"), std::string::npos);
+  Config s103 = sm100(128, 128, 256, 1, kNone);
+  s103.cc = 103;
+  EXPECT_NE(test::error_of([&] { analyze(s103); }).find("sm_103"), std::string::npos);
+  Config s120 = cfg(128, 128, 128, kNone);
+  s120.cluster_m = 2;
+  EXPECT_NE(test::error_of([&] { analyze(s120); }).find("1x1x1 only"), std::string::npos);
+}
+
+TEST(CutlassSm100, SweepCoversFlashInfersGenerator) {
+  const std::vector<Report> all = sweep(100, Format::nvfp4);
+  EXPECT_EQ(all.size(), 6u * 2 * 2);  // CTA_N 64/128/256 x clusters 1, 2; x epilogue x swap
+  std::set<std::string> seen;
+  for (const Report& r : all) {
+    const Config& c = r.model.config;
+    EXPECT_EQ(c.tile_m, 128 * c.cluster_m);
+    EXPECT_EQ(c.tile_k, 256);
+    EXPECT_TRUE(r.fits) << c.tile_m << "x" << c.tile_n << " cluster " << c.cluster_m;
+    EXPECT_LE(r.model.kernel.total, 232448);
+    EXPECT_GE(r.model.builder.stages, 1);
+    EXPECT_FALSE(r.kernel_terms.empty());
+    EXPECT_EQ(r.kernel_terms.back().bytes, r.model.kernel.total);
+    seen.insert(std::to_string(c.tile_m) + "x" + std::to_string(c.tile_n));
+  }
+  EXPECT_EQ(seen.size(), 6u);
 }
 
 }  // namespace
