@@ -199,6 +199,12 @@ struct BuilderTerms {
   int stages = 0;                       // (capacity - reduction - carveout) / per_stage, or StageCount<n>
   bool forced = false;
   constexpr std::int64_t available() const { return capacity - capacity_reduction - carveout; }
+  // StageCount<forced>, or StageCountAutoCarveout: what is available over the bytes per stage.
+  constexpr void decide(int forced_stages) {
+    forced = forced_stages > 0;
+    const std::int64_t avail = available();
+    stages = forced ? forced_stages : avail > 0 ? static_cast<int>(avail / per_stage) : 0;
+  }
   // What the builder believes the kernel uses: carveout + stages * per_stage (+ its reduction).
   constexpr std::int64_t believed_bytes() const { return capacity_reduction + carveout + stages * per_stage; }
 };
@@ -344,13 +350,7 @@ constexpr Model model(const Config& c) {
   m.builder.capacity_reduction = m.rules.grouped_capacity_carve ? 128 + 2 * kTmaDescriptorBytes + 48 : 0;
   m.builder.carveout = m.epilogue.total;
   m.builder.per_stage = m.stage.total();
-  m.builder.forced = c.forced_stages > 0;
-  if (m.builder.forced) {
-    m.builder.stages = c.forced_stages;
-  } else {
-    const std::int64_t avail = m.builder.available();
-    m.builder.stages = avail > 0 ? static_cast<int>(avail / m.builder.per_stage) : 0;
-  }
+  m.builder.decide(c.forced_stages);
   m.kernel = kernel_terms(m.stage, m.epilogue, m.builder.stages, m.rules);
   return m;
 }

@@ -133,13 +133,7 @@ constexpr Model sm100_model(const Config& c) {
   m.builder.capacity_reduction = sm100_builder_reduction(c, m.rules);
   m.builder.carveout = m.epilogue.total;  // L:500-502 StageCountAutoCarveout<sizeof(CollectiveEpilogue::SharedStorage)>
   m.builder.per_stage = m.stage.total();
-  m.builder.forced = c.forced_stages > 0;
-  if (m.builder.forced) {
-    m.builder.stages = c.forced_stages;
-  } else {
-    const std::int64_t avail = m.builder.available();  // MB:87
-    m.builder.stages = avail > 0 ? static_cast<int>(avail / m.builder.per_stage) : 0;
-  }
+  m.builder.decide(c.forced_stages);  // MB:87
   m.kernel = sm100_kernel_terms(c, m.stage, m.epilogue, m.builder.stages, m.rules);
   return m;
 }

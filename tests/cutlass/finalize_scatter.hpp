@@ -41,11 +41,32 @@ struct FinalizeScatter : cutlass::epilogue::fusion::FusionOperation {
 
 }  // namespace fp4moe_cutlass_test
 
-namespace cutlass::epilogue::fusion {
+namespace fp4moe_cutlass_test {
 
 // scale * (alpha * acc + bias), then scatter. Without swap_ab the router scale
 // varies along M (column vector) and the bias along N (row vector, staged in
 // smem); with swap_ab it is the other way round.
+template <class Compute, class Bias, class Scale, bool ScaleAlongN, class CtaTile>
+using FinalizeScatterTree = cutlass::epilogue::fusion::Sm90EVT<
+    ScatterStoreNode,
+    cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, Compute, Compute, cutlass::FloatRoundStyle::round_to_nearest>,
+        cute::conditional_t<ScaleAlongN,
+                            cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTile, Scale*, Compute, cute::Stride<cute::_0, cute::_1, int64_t>, 1>,
+                            cutlass::epilogue::fusion::Sm90ColBroadcast<0, CtaTile, Scale*, Compute, cute::Stride<cute::_1, cute::_0, int64_t>, 1>>,
+        cutlass::epilogue::fusion::Sm90EVT<
+            cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, Compute, Compute,
+                                                   cutlass::FloatRoundStyle::round_to_nearest>,
+            cutlass::epilogue::fusion::Sm90ScalarBroadcastPtrArray<Scale, cute::Stride<cute::_0, cute::_0, int64_t>>,
+            cutlass::epilogue::fusion::Sm90AccFetch,
+            cute::conditional_t<ScaleAlongN,
+                                cutlass::epilogue::fusion::Sm90ColBroadcast<0, CtaTile, Bias*, Compute, cute::Stride<cute::_1, cute::_0, int64_t>>,
+                                cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTile, Bias*, Compute, cute::Stride<cute::_0, cute::_1, int64_t>>>>>>;
+
+}  // namespace fp4moe_cutlass_test
+
+namespace cutlass::epilogue::fusion {
+
 template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, int NumEpilogueWarpGroups,
           class LayoutOut, class Output, class Compute, class Bias, class Scale, bool ScaleAlongN, class CtaTile,
           class EpilogueTile, class SmemLayoutAtom, class CopyOpR2S>
@@ -53,27 +74,8 @@ struct FusionCallbacks<
     epilogue::Sm90PtrArrayTmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore,
                                              NumEpilogueWarpGroups>,
     fp4moe_cutlass_test::FinalizeScatter<LayoutOut, Output, Compute, Bias, Scale, ScaleAlongN>, CtaTile, EpilogueTile,
-    SmemLayoutAtom, CopyOpR2S>
-    : Sm90EVT<fp4moe_cutlass_test::ScatterStoreNode,
-              Sm90EVT<Sm90Compute<multiplies, Compute, Compute, FloatRoundStyle::round_to_nearest>,
-                      cute::conditional_t<ScaleAlongN,
-                                          Sm90RowBroadcast<0, CtaTile, Scale*, Compute, cute::Stride<cute::_0, cute::_1, int64_t>, 1>,
-                                          Sm90ColBroadcast<0, CtaTile, Scale*, Compute, cute::Stride<cute::_1, cute::_0, int64_t>, 1>>,
-                      Sm90EVT<Sm90Compute<homogeneous_multiply_add, Compute, Compute, FloatRoundStyle::round_to_nearest>,
-                              Sm90ScalarBroadcastPtrArray<Scale, cute::Stride<cute::_0, cute::_0, int64_t>>, Sm90AccFetch,
-                              cute::conditional_t<ScaleAlongN,
-                                                  Sm90ColBroadcast<0, CtaTile, Bias*, Compute, cute::Stride<cute::_1, cute::_0, int64_t>>,
-                                                  Sm90RowBroadcast<0, CtaTile, Bias*, Compute, cute::Stride<cute::_0, cute::_1, int64_t>>>>>> {
-  using Base = Sm90EVT<fp4moe_cutlass_test::ScatterStoreNode,
-              Sm90EVT<Sm90Compute<multiplies, Compute, Compute, FloatRoundStyle::round_to_nearest>,
-                      cute::conditional_t<ScaleAlongN,
-                                          Sm90RowBroadcast<0, CtaTile, Scale*, Compute, cute::Stride<cute::_0, cute::_1, int64_t>, 1>,
-                                          Sm90ColBroadcast<0, CtaTile, Scale*, Compute, cute::Stride<cute::_1, cute::_0, int64_t>, 1>>,
-                      Sm90EVT<Sm90Compute<homogeneous_multiply_add, Compute, Compute, FloatRoundStyle::round_to_nearest>,
-                              Sm90ScalarBroadcastPtrArray<Scale, cute::Stride<cute::_0, cute::_0, int64_t>>, Sm90AccFetch,
-                              cute::conditional_t<ScaleAlongN,
-                                                  Sm90ColBroadcast<0, CtaTile, Bias*, Compute, cute::Stride<cute::_1, cute::_0, int64_t>>,
-                                                  Sm90RowBroadcast<0, CtaTile, Bias*, Compute, cute::Stride<cute::_0, cute::_1, int64_t>>>>>>;
+    SmemLayoutAtom, CopyOpR2S> : fp4moe_cutlass_test::FinalizeScatterTree<Compute, Bias, Scale, ScaleAlongN, CtaTile> {
+  using Base = fp4moe_cutlass_test::FinalizeScatterTree<Compute, Bias, Scale, ScaleAlongN, CtaTile>;
   using Base::Base;
   using Operation = fp4moe_cutlass_test::FinalizeScatter<LayoutOut, Output, Compute, Bias, Scale, ScaleAlongN>;
 };
