@@ -9,6 +9,12 @@ namespace fp4moe {
 
 enum class Scoring { softmax, sigmoid };
 
+// The expert MLP's activation between its two projections.
+enum class Activation {
+  swiglu,          // silu(gate) * up
+  clamped_swiglu,  // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit), g * sigmoid(alpha g) * (u + 1)
+};
+
 struct MoeConfig {
   std::string name;
   int64_t hidden = 0;          // H
@@ -23,18 +29,23 @@ struct MoeConfig {
   float routed_scaling_factor = 1.0f;
   bool shared_expert = false;        // one dense expert MLP of width shared_intermediate
   int64_t shared_intermediate = 0;
+  Activation activation = Activation::swiglu;
+  float swiglu_limit = 7.0f, swiglu_alpha = 1.702f;  // clamped_swiglu only
+  bool expert_bias = false;          // every expert projection adds a bias (gpt-oss)
 
   void validate() const;  // throws fp4moe::Error naming the bad field
 };
 
-// "glm5", "deepseek-v3", "mixtral", and each with "-small" for a scaled-down form.
+// "glm5", "deepseek-v3", "mixtral", each with "-small" for a scaled-down form;
+// "gpt-oss-120b", "gpt-oss-20b" and "gpt-oss-small".
 MoeConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
 // From a Hugging Face config.json (hidden_size, moe_intermediate_size,
 // n_routed_experts / num_local_experts, num_experts_per_tok, scoring_func,
 // topk_method "noaux_tc", n_group, topk_group, norm_topk_prob,
-// routed_scaling_factor, n_shared_experts). Errors name the file and the key.
+// routed_scaling_factor, n_shared_experts; gpt_oss: swiglu_limit, the clamped
+// activation and the expert biases). Errors name the file and the key.
 MoeConfig config_from_hf_json(const std::string& path);
 
 }  // namespace fp4moe

@@ -33,15 +33,18 @@ struct Permutation {
 };
 Permutation permute_reference(const Routing& r, int64_t num_experts);
 
-// One expert MLP, quantized. gate and up: [I, H]; down: [H, I].
+// One expert MLP, quantized. gate and up: [I, H]; down: [H, I]. The biases,
+// when the model has them (MoeConfig::expert_bias): [I], [I], [H].
 struct ExpertWeights {
   Fp4Matrix gate, up, down;
+  std::vector<float> gate_bias = {}, up_bias = {}, down_bias = {};
 };
 
 struct MoeWeights {
   std::vector<ExpertWeights> experts;      // [E]
   std::vector<float> correction_bias;      // [E] when the model uses it
   std::vector<uint16_t> router_weight;     // bf16 bits [E, H] (mlp.gate.weight), optional
+  std::vector<float> router_bias;          // [E] (gpt-oss's router), optional
   bool has_shared = false;
   ExpertWeights shared;
 };
@@ -50,7 +53,8 @@ struct MoeWeights {
 // full-size models (E*H*I > 2^28) FP4 codes and block scales drawn directly.
 MoeWeights random_moe_weights(const MoeConfig& cfg, Fp4Format format, uint64_t seed);
 
-// out[t] = sum_j w[t,j] * down(silu(gate x) * up x) (+ shared expert), fp32 [T, H].
+// out[t] = sum_j w[t,j] * down(act(gate x, up x)) (+ shared expert), fp32 [T, H],
+// act per MoeConfig::activation, with the expert biases when the model has them.
 // x: fp32 [T, H] (callers holding bf16 convert exactly).
 std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights& w,
                                          const float* x, int64_t tokens, const Routing& routing);

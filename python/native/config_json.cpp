@@ -53,14 +53,19 @@ json config_to_json(const MoeConfig& c) {
           {"use_correction_bias", c.use_correction_bias},
           {"routed_scaling_factor", c.routed_scaling_factor},
           {"shared_expert", c.shared_expert},
-          {"shared_intermediate", c.shared_intermediate}};
+          {"shared_intermediate", c.shared_intermediate},
+          {"activation", c.activation == Activation::clamped_swiglu ? "clamped_swiglu" : "swiglu"},
+          {"swiglu_limit", c.swiglu_limit},
+          {"swiglu_alpha", c.swiglu_alpha},
+          {"expert_bias", c.expert_bias}};
 }
 
 MoeConfig config_from_json(const std::string& text) {
   const char* what = "config";
   const json j = parse(text, what);
   only_known(j, {"name", "hidden", "intermediate", "num_experts", "top_k", "scoring", "renormalize", "n_group",
-                 "topk_group", "use_correction_bias", "routed_scaling_factor", "shared_expert", "shared_intermediate"},
+                 "topk_group", "use_correction_bias", "routed_scaling_factor", "shared_expert", "shared_intermediate",
+                 "activation", "swiglu_limit", "swiglu_alpha", "expert_bias"},
              what);
   MoeConfig c;
   read(j, "name", c.name, what);
@@ -79,6 +84,14 @@ MoeConfig config_from_json(const std::string& text) {
   read(j, "routed_scaling_factor", c.routed_scaling_factor, what);
   read(j, "shared_expert", c.shared_expert, what);
   read(j, "shared_intermediate", c.shared_intermediate, what);
+  std::string activation = "swiglu";
+  read(j, "activation", activation, what);
+  FP4MOE_CHECK(activation == "swiglu" || activation == "clamped_swiglu",
+               "config: activation '" << activation << "' is not swiglu or clamped_swiglu");
+  c.activation = activation == "clamped_swiglu" ? Activation::clamped_swiglu : Activation::swiglu;
+  read(j, "swiglu_limit", c.swiglu_limit, what);
+  read(j, "swiglu_alpha", c.swiglu_alpha, what);
+  read(j, "expert_bias", c.expert_bias, what);
   c.validate();
   return c;
 }

@@ -62,6 +62,11 @@ MoeConfig config_from_hf_json(const std::string& path) {
   c.topk_group = get_or<int64_t>(j, "topk_group", c.n_group, path);
   c.renormalize = get_or<bool>(j, "norm_topk_prob", true, path);
   c.routed_scaling_factor = get_or<float>(j, "routed_scaling_factor", 1.0f, path);
+  if (c.name == "gpt_oss") {  // transformers' GptOssExperts: biases, the clamped SwiGLU (alpha 1.702 in code)
+    c.activation = Activation::clamped_swiglu;
+    c.swiglu_limit = get_or<float>(j, "swiglu_limit", 7.0f, path);
+    c.expert_bias = true;
+  }
   const int64_t shared = get_or<int64_t>(j, "n_shared_experts", 0, path);
   c.shared_expert = shared > 0;
   c.shared_intermediate = shared * c.intermediate;

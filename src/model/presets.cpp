@@ -92,6 +92,41 @@ MoeConfig mixtral_small() {
   return c;
 }
 
+// OpenAI's gpt-oss (transformers' GptOssMoE): a router with a bias, top-4,
+// softmax over the chosen logits; gate/up/down with biases and the clamped
+// SwiGLU (limit 7, alpha 1.702); MXFP4 experts in its checkpoints.
+MoeConfig gpt_oss_120b() {
+  MoeConfig c;
+  c.name = "gpt-oss-120b";
+  c.hidden = 2880;
+  c.intermediate = 2880;
+  c.num_experts = 128;
+  c.top_k = 4;
+  c.scoring = Scoring::softmax;
+  c.renormalize = true;  // softmax over the k chosen logits
+  c.activation = Activation::clamped_swiglu;
+  c.swiglu_limit = 7.0f;
+  c.swiglu_alpha = 1.702f;
+  c.expert_bias = true;
+  return c;
+}
+
+MoeConfig gpt_oss_20b() {
+  MoeConfig c = gpt_oss_120b();
+  c.name = "gpt-oss-20b";
+  c.num_experts = 32;
+  return c;
+}
+
+MoeConfig gpt_oss_small() {
+  MoeConfig c = gpt_oss_120b();
+  c.name = "gpt-oss-small";
+  c.hidden = 256;
+  c.intermediate = 256;
+  c.num_experts = 8;
+  return c;
+}
+
 struct Entry {
   const char* name;
   MoeConfig (*make)();
@@ -100,6 +135,7 @@ struct Entry {
 constexpr Entry kPresets[] = {
     {"glm5", glm5},       {"glm5-small", glm5_small}, {"deepseek-v3", deepseek_v3},
     {"deepseek-v3-small", deepseek_v3_small}, {"mixtral", mixtral}, {"mixtral-small", mixtral_small},
+    {"gpt-oss-120b", gpt_oss_120b}, {"gpt-oss-20b", gpt_oss_20b}, {"gpt-oss-small", gpt_oss_small},
 };
 
 }  // namespace

@@ -40,6 +40,12 @@ void MoeConfig::validate() const {
                    << scoring_name(scoring));
   FP4MOE_CHECK(!use_correction_bias || scoring == Scoring::sigmoid,
                who << "use_correction_bias = true requires scoring = sigmoid, not " << scoring_name(scoring));
+  FP4MOE_CHECK(activation == Activation::swiglu || activation == Activation::clamped_swiglu,
+               who << "activation = " << static_cast<int>(activation) << " is not swiglu or clamped_swiglu");
+  FP4MOE_CHECK(activation != Activation::clamped_swiglu ||
+                   (std::isfinite(swiglu_limit) && swiglu_limit > 0.0f && std::isfinite(swiglu_alpha) && swiglu_alpha > 0.0f),
+               who << "clamped_swiglu needs a positive finite swiglu_limit and swiglu_alpha; got " << swiglu_limit << " and "
+                   << swiglu_alpha);
   FP4MOE_CHECK(std::isfinite(routed_scaling_factor) && routed_scaling_factor > 0.0f,
                who << "routed_scaling_factor = " << routed_scaling_factor << " must be finite and positive");
   FP4MOE_CHECK(shared_intermediate >= 0,

@@ -50,8 +50,16 @@ Fp4Matrix cols_of(const Fp4Matrix& m, int64_t c0, int64_t n) {
   }
   return o;
 }
-ExpertWeights slice_expert(const ExpertWeights& e, int64_t i0, int64_t n) {
-  return {rows_of(e.gate, i0, n), rows_of(e.up, i0, n), cols_of(e.down, i0, n)};
+// Biases follow their rows; the down projection's bias is added once, by the first rank.
+ExpertWeights slice_expert(const ExpertWeights& e, int64_t i0, int64_t n, bool first_rank) {
+  ExpertWeights o;
+  o.gate = rows_of(e.gate, i0, n);
+  o.up = rows_of(e.up, i0, n);
+  o.down = cols_of(e.down, i0, n);
+  if (!e.gate_bias.empty()) o.gate_bias.assign(e.gate_bias.begin() + i0, e.gate_bias.begin() + i0 + n);
+  if (!e.up_bias.empty()) o.up_bias.assign(e.up_bias.begin() + i0, e.up_bias.begin() + i0 + n);
+  if (!e.down_bias.empty()) o.down_bias = first_rank ? e.down_bias : std::vector<float>(e.down_bias.size(), 0.f);
+  return o;
 }
 }  // namespace
 
@@ -71,6 +79,7 @@ MoeWeights slice_experts(const MoeWeights& w, ExpertRange r) {
   o.experts.assign(w.experts.begin() + r.begin, w.experts.begin() + r.begin + r.count);
   o.correction_bias = w.correction_bias;
   o.router_weight = w.router_weight;
+  o.router_bias = w.router_bias;
   o.has_shared = w.has_shared;
   o.shared = w.shared;
   return o;
@@ -96,9 +105,11 @@ MoeWeights slice_intermediate(const MoeConfig& cfg, const MoeWeights& w, int ran
   MoeWeights o;
   o.correction_bias = w.correction_bias;
   o.router_weight = w.router_weight;
-  for (const ExpertWeights& e : w.experts) o.experts.push_back(slice_expert(e, rank * part.intermediate, part.intermediate));
+  o.router_bias = w.router_bias;
+  for (const ExpertWeights& e : w.experts)
+    o.experts.push_back(slice_expert(e, rank * part.intermediate, part.intermediate, rank == 0));
   o.has_shared = w.has_shared;
-  if (w.has_shared) o.shared = slice_expert(w.shared, rank * part.shared_intermediate, part.shared_intermediate);
+  if (w.has_shared) o.shared = slice_expert(w.shared, rank * part.shared_intermediate, part.shared_intermediate, rank == 0);
   return o;
 }
 

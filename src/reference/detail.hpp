@@ -29,13 +29,16 @@ struct DenseExpert {
   int64_t hidden = 0, intermediate = 0;
   std::vector<float> gate, up;  // [I, H]
   std::vector<float> down;      // [H, I]
+  std::vector<float> gate_bias, up_bias, down_bias;  // empty: none
+  Activation activation = Activation::swiglu;
+  double limit = 0, alpha = 0;  // clamped_swiglu
 };
-DenseExpert dequantize_expert(const ExpertWeights& w, int64_t hidden, int64_t intermediate);
+DenseExpert dequantize_expert(const ExpertWeights& w, const MoeConfig& cfg, int64_t intermediate);
 
 // Double dot product, ascending k, one accumulator.
 double dot(const double* x, const float* w, int64_t n);
 
-// y[H] = down . (silu(gate . x) * (up . x)), all in double. scratch: >= I doubles.
+// y[H] = down . act(gate . x + bg, up . x + bu) + bd, all in double. scratch: >= I doubles.
 // The exact-math MLP: no intermediate is rounded. (GPU kernels round the
 // SwiGLU output A2 to bf16 before GEMM2; that costs ~2^-9 relative per
 // element, well inside the 1e-2 relative Frobenius tolerance of the checks.)

@@ -1,5 +1,6 @@
 // One expert's MLP and the grouped-GEMM oracle, on exactly dequantized
 // weights with double accumulation.
+#include <algorithm>
 #include <cmath>
 
 #include "fp4moe/error.hpp"
@@ -24,13 +25,19 @@ void check_matrix(const Fp4Matrix& m, int64_t rows, int64_t cols, const std::str
                     << m.block_size() << " = " << m.rows * m.scale_cols());
 }
 
-DenseExpert dequantize_expert(const ExpertWeights& w, int64_t hidden, int64_t intermediate) {
+DenseExpert dequantize_expert(const ExpertWeights& w, const MoeConfig& cfg, int64_t intermediate) {
   DenseExpert d;
-  d.hidden = hidden;
+  d.hidden = cfg.hidden;
   d.intermediate = intermediate;
   d.gate = dequantize(w.gate);
   d.up = dequantize(w.up);
   d.down = dequantize(w.down);
+  d.gate_bias = w.gate_bias;
+  d.up_bias = w.up_bias;
+  d.down_bias = w.down_bias;
+  d.activation = cfg.activation;
+  d.limit = cfg.swiglu_limit;
+  d.alpha = cfg.swiglu_alpha;
   return d;
 }
 
@@ -42,13 +49,20 @@ double dot(const double* x, const float* w, int64_t n) {
 
 void expert_mlp(const DenseExpert& e, const double* x, double* y, double* scratch) {
   const int64_t H = e.hidden, I = e.intermediate;
-  double* a = scratch;  // [I]: silu(gate . x) * (up . x)
+  auto bias = [](const std::vector<float>& b, int64_t i) { return b.empty() ? 0.0 : double(b[size_t(i)]); };
+  double* a = scratch;  // [I]: the activation of (gate . x, up . x)
   for (int64_t i = 0; i < I; ++i) {
-    const double h = dot(x, e.gate.data() + i * H, H);
-    const double u = dot(x, e.up.data() + i * H, H);
-    a[i] = h / (1.0 + std::exp(-h)) * u;
+    double h = dot(x, e.gate.data() + i * H, H) + bias(e.gate_bias, i);
+    double u = dot(x, e.up.data() + i * H, H) + bias(e.up_bias, i);
+    if (e.activation == Activation::clamped_swiglu) {
+      h = std::min(h, e.limit);
+      u = std::clamp(u, -e.limit, e.limit);
+      a[i] = h / (1.0 + std::exp(-e.alpha * h)) * (u + 1.0);
+    } else {
+      a[i] = h / (1.0 + std::exp(-h)) * u;
+    }
   }
-  for (int64_t n = 0; n < H; ++n) y[n] = dot(a, e.down.data() + n * I, I);
+  for (int64_t n = 0; n < H; ++n) y[n] = dot(a, e.down.data() + n * I, I) + bias(e.down_bias, n);
 }
 
 }  // namespace detail

@@ -11,10 +11,16 @@ namespace fp4moe {
 
 namespace {
 
-void check_expert(const ExpertWeights& w, int64_t H, int64_t I, const std::string& who) {
+void check_expert(const ExpertWeights& w, int64_t H, int64_t I, bool biased, const std::string& who) {
   detail::check_matrix(w.gate, I, H, who + " gate");
   detail::check_matrix(w.up, I, H, who + " up");
   detail::check_matrix(w.down, H, I, who + " down");
+  const size_t want[3] = {biased ? size_t(I) : 0, biased ? size_t(I) : 0, biased ? size_t(H) : 0};
+  const size_t got[3] = {w.gate_bias.size(), w.up_bias.size(), w.down_bias.size()};
+  const char* names[3] = {" gate_bias", " up_bias", " down_bias"};
+  for (int i = 0; i < 3; ++i)
+    FP4MOE_CHECK(got[i] == want[i], who << names[i] << " has " << got[i] << " values; the model "
+                                        << (biased ? "has biases of " + std::to_string(want[i]) : std::string("has no biases")));
 }
 
 void check_inputs(const MoeConfig& cfg, const MoeWeights& w, const float* x, int64_t tokens,
@@ -26,11 +32,12 @@ void check_inputs(const MoeConfig& cfg, const MoeWeights& w, const float* x, int
   FP4MOE_CHECK(static_cast<int64_t>(w.experts.size()) == E,
                "moe_forward_reference: weights hold " << w.experts.size() << " experts, config '" << cfg.name
                                                       << "' has num_experts = " << E);
-  for (int64_t e = 0; e < E; ++e) check_expert(w.experts[static_cast<size_t>(e)], H, I, "expert " + std::to_string(e));
+  for (int64_t e = 0; e < E; ++e)
+    check_expert(w.experts[static_cast<size_t>(e)], H, I, cfg.expert_bias, "expert " + std::to_string(e));
   FP4MOE_CHECK(w.has_shared == cfg.shared_expert,
                "moe_forward_reference: weights has_shared = " << w.has_shared << " but config '" << cfg.name
                                                               << "' has shared_expert = " << cfg.shared_expert);
-  if (w.has_shared) check_expert(w.shared, H, cfg.shared_intermediate, "shared expert");
+  if (w.has_shared) check_expert(w.shared, H, cfg.shared_intermediate, cfg.expert_bias, "shared expert");
   FP4MOE_CHECK(routing.tokens == tokens && routing.top_k == k,
                "moe_forward_reference: routing is for tokens = " << routing.tokens << ", top_k = " << routing.top_k
                                                                  << "; expected tokens = " << tokens << ", top_k = " << k);
@@ -76,13 +83,13 @@ std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights&
     const int64_t e = work[static_cast<size_t>(item)];
     if (e == E) {
       const int64_t Is = cfg.shared_intermediate;
-      const detail::DenseExpert d = detail::dequantize_expert(w.shared, H, Is);
+      const detail::DenseExpert d = detail::dequantize_expert(w.shared, cfg, Is);
       std::vector<double> scratch(static_cast<size_t>(Is));
       for (int64_t t = 0; t < tokens; ++t)
         detail::expert_mlp(d, xd.data() + t * H, y_shared.data() + t * H, scratch.data());
       return;
     }
-    const detail::DenseExpert d = detail::dequantize_expert(w.experts[static_cast<size_t>(e)], H, I);
+    const detail::DenseExpert d = detail::dequantize_expert(w.experts[static_cast<size_t>(e)], cfg, I);
     std::vector<double> scratch(static_cast<size_t>(I));
     for (int32_t i = perm.expert_offsets[static_cast<size_t>(e)]; i < perm.expert_offsets[static_cast<size_t>(e + 1)]; ++i) {
       const int64_t pair = perm.permuted_pair[static_cast<size_t>(i)];

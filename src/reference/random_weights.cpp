@@ -89,12 +89,23 @@ Fp4Matrix random_matrix_direct(Fp4Format format, int64_t rows, int64_t cols, std
   return m;
 }
 
-ExpertWeights random_expert(Fp4Format format, int64_t H, int64_t I, uint64_t seed, uint64_t item, bool direct) {
+ExpertWeights random_expert(Fp4Format format, int64_t H, int64_t I, uint64_t seed, uint64_t item, bool direct,
+                            bool biased) {
   const auto make = direct ? random_matrix_direct : random_matrix;
   ExpertWeights w;
   w.gate = make(format, I, H, stream(seed, item, 1));
   w.up = make(format, I, H, stream(seed, item, 2));
   w.down = make(format, H, I, stream(seed, item, 3));
+  if (biased) {  // bf16 values (as checkpoints hold them), of the order of the projections' outputs
+    std::mt19937_64 g = stream(seed, item, 4);
+    auto fill = [&](std::vector<float>& b, int64_t n) {
+      b.resize(static_cast<size_t>(n));
+      for (float& v : b) v = bf16_to_float(bf16_from_float(static_cast<float>(2.0 * uniform(g) - 1.0)));
+    };
+    fill(w.gate_bias, I);
+    fill(w.up_bias, I);
+    fill(w.down_bias, H);
+  }
   return w;
 }
 
@@ -112,10 +123,11 @@ MoeWeights random_moe_weights(const MoeConfig& cfg, Fp4Format format, uint64_t s
   const bool direct = E * cfg.hidden * cfg.intermediate > (int64_t(1) << 28);
   detail::parallel_for(E + (cfg.shared_expert ? 1 : 0), [&](int64_t e) {
     if (e == E)
-      w.shared = random_expert(format, cfg.hidden, cfg.shared_intermediate, seed, static_cast<uint64_t>(E) + 1000, direct);
+      w.shared = random_expert(format, cfg.hidden, cfg.shared_intermediate, seed, static_cast<uint64_t>(E) + 1000, direct,
+                               cfg.expert_bias);
     else
       w.experts[static_cast<size_t>(e)] =
-          random_expert(format, cfg.hidden, cfg.intermediate, seed, static_cast<uint64_t>(e), direct);
+          random_expert(format, cfg.hidden, cfg.intermediate, seed, static_cast<uint64_t>(e), direct, cfg.expert_bias);
   });
   if (cfg.use_correction_bias) {
     // Small biases, comparable to the spread of sigmoid scores near 0.5, so

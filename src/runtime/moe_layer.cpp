@@ -40,6 +40,12 @@ void MoeLayer::Impl::init_device(const MoeConfig& c, const LayerOptions& o) {
   opts = o;
   FP4MOE_CHECK(o.max_tokens >= 1, "LayerOptions::max_tokens = " << o.max_tokens << " must be at least 1");
   FP4MOE_CHECK(c.hidden % 8 == 0, "MoeLayer: hidden = " << c.hidden << " is not a multiple of 8");
+  // The GPU kernels' epilogue computes silu(gate) * up without biases; gpt-oss
+  // (clamped SwiGLU, expert biases) runs on the CPU reference until they do.
+  FP4MOE_CHECK(c.activation == Activation::swiglu && !c.expert_bias,
+               "MoeLayer: model '" << c.name << "' needs "
+                                   << (c.activation != Activation::swiglu ? "the clamped SwiGLU" : "expert biases")
+                                   << ", which the GPU kernels do not compute yet (the CPU reference does)");
   if (o.device >= 0) FP4MOE_CUDA_CHECK(cudaSetDevice(o.device));
   int dev = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));

@@ -1,0 +1,110 @@
+// gpt-oss on the CPU reference: the presets, transformers' config.json, and the
+// layer with its clamped SwiGLU and expert biases against the definition
+// written out here independently (transformers' GptOssExperts):
+//   gate_up = x W13^T + b13; g = min(gate, limit); u = clamp(up, -limit, limit)
+//   h = (u + 1) * g * sigmoid(alpha g);  y = h W2^T + b2
+// The router: softmax over the k largest logits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "fp4moe/model.hpp"
+#include "fp4moe/reference.hpp"
+#include "test_util.hpp"
+
+namespace fp4moe {
+namespace {
+
+TEST(GptOss, PresetsAndConfig) {
+  const MoeConfig big = preset("gpt-oss-120b");
+  EXPECT_EQ(big.hidden, 2880);
+  EXPECT_EQ(big.intermediate, 2880);
+  EXPECT_EQ(big.num_experts, 128);
+  EXPECT_EQ(big.top_k, 4);
+  EXPECT_EQ(big.activation, Activation::clamped_swiglu);
+  EXPECT_FLOAT_EQ(big.swiglu_limit, 7.0f);
+  EXPECT_FLOAT_EQ(big.swiglu_alpha, 1.702f);
+  EXPECT_TRUE(big.expert_bias);
+  EXPECT_EQ(preset("gpt-oss-20b").num_experts, 32);
+  const std::filesystem::path p = std::filesystem::temp_directory_path() / "fp4moe_gpt_oss_config.json";
+  std::ofstream(p) << R"({"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+                        "num_local_experts": 32, "num_experts_per_tok": 4, "swiglu_limit": 7.0})";
+  const MoeConfig c = config_from_hf_json(p.string());
+  EXPECT_EQ(c.num_experts, 32);
+  EXPECT_EQ(c.activation, Activation::clamped_swiglu);
+  EXPECT_TRUE(c.expert_bias);
+  EXPECT_EQ(c.scoring, Scoring::softmax);
+  MoeConfig bad = big;
+  bad.swiglu_limit = -1.f;
+  EXPECT_NE(test::error_of([&] { bad.validate(); }).find("swiglu_limit"), std::string::npos);
+}
+
+TEST(GptOss, LayerWithClampedSwigluAndBiasesMatchesTheDefinition) {
+  const MoeConfig c = preset("gpt-oss-small");
+  const MoeWeights w = random_moe_weights(c, Fp4Format::mxfp4, 3);
+  const int64_t T = 6, H = c.hidden, I = c.intermediate, k = c.top_k;
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> x(size_t(T * H)), logits(size_t(T * c.num_experts));
+  for (float& v : x) v = 3.f * d(rng);  // large enough that the clamps act
+  for (float& v : logits) v = d(rng);
+  const Routing r = route_reference(c, logits.data(), T, {});
+  const std::vector<float> got = moe_forward_reference(c, w, x.data(), T, r);
+
+  int64_t clamped = 0;
+  std::vector<double> want(size_t(T * H), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    // the router: the k largest logits, softmax over them
+    std::vector<int> order(size_t(c.num_experts));
+    for (int e = 0; e < c.num_experts; ++e) order[size_t(e)] = e;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return logits[size_t(t * c.num_experts + a)] > logits[size_t(t * c.num_experts + b)]; });
+    double m = logits[size_t(t * c.num_experts + order[0])], sum = 0;
+    for (int j = 0; j < k; ++j) sum += std::exp(double(logits[size_t(t * c.num_experts + order[size_t(j)])]) - m);
+    for (int j = 0; j < k; ++j) {
+      const int e = order[size_t(j)];
+      EXPECT_EQ(r.topk_ids[size_t(t * k + j)], e);
+      const double weight = std::exp(double(logits[size_t(t * c.num_experts + e)]) - m) / sum;
+      EXPECT_NEAR(r.topk_weights[size_t(t * k + j)], weight, 1e-6);
+      const ExpertWeights& ew = w.experts[size_t(e)];
+      const std::vector<float> g = dequantize(ew.gate), u = dequantize(ew.up), dn = dequantize(ew.down);
+      std::vector<double> h(static_cast<size_t>(I));
+      for (int64_t i = 0; i < I; ++i) {
+        double gv = ew.gate_bias[size_t(i)], uv = ew.up_bias[size_t(i)];
+        for (int64_t q = 0; q < H; ++q) gv += double(g[size_t(i * H + q)]) * x[size_t(t * H + q)];
+        for (int64_t q = 0; q < H; ++q) uv += double(u[size_t(i * H + q)]) * x[size_t(t * H + q)];
+        clamped += gv > 7.0 || std::fabs(uv) > 7.0;
+        gv = std::min(gv, 7.0);
+        uv = std::max(-7.0, std::min(uv, 7.0));
+        h[size_t(i)] = (uv + 1.0) * gv / (1.0 + std::exp(-1.702 * gv));
+      }
+      for (int64_t n = 0; n < H; ++n) {
+        double y = ew.down_bias[size_t(n)];
+        for (int64_t i = 0; i < I; ++i) y += double(dn[size_t(n * I + i)]) * h[size_t(i)];
+        want[size_t(t * H + n)] += double(r.topk_weights[size_t(t * k + j)]) * y;
+      }
+    }
+  }
+  EXPECT_GT(clamped, 0) << "the inputs should reach the clamps";
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+  EXPECT_LT(std::sqrt(num / den), 1e-6);
+}
+
+TEST(GptOss, MissingBiasesAreNamed) {
+  const MoeConfig c = preset("gpt-oss-small");
+  MoeWeights w = random_moe_weights(c, Fp4Format::mxfp4, 5);
+  w.experts[3].down_bias.clear();
+  std::vector<float> x(size_t(c.hidden), 0.5f), logits(size_t(c.num_experts), 0.f);
+  logits[3] = 5.f;
+  const Routing r = route_reference(c, logits.data(), 1, {});
+  EXPECT_NE(test::error_of([&] { moe_forward_reference(c, w, x.data(), 1, r); }).find("expert 3 down_bias has 0 values"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace fp4moe
