@@ -25,6 +25,8 @@ struct MoeCheckpointLayer {
   int64_t layer = 0;
   std::vector<std::string> notes;  // how the tensors were read, e.g. "input_scale present, unused (W4A16)"
 };
+// Also reads gpt-oss's own MXFP4 checkpoints (config.json's quantization_config
+// quant_method "mxfp4"): experts with biases, the router's weight and bias.
 MoeCheckpointLayer load_moe_layer(const std::string& dir, int64_t layer);
 
 // Writes `layer` as a ModelOpt NVFP4 checkpoint directory holding that one

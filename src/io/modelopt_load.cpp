@@ -9,6 +9,7 @@
 #include "common/parallel.hpp"
 #include "fp4moe/checkpoint.hpp"
 #include "fp4moe/error.hpp"
+#include "io/gpt_oss.hpp"
 #include "io/modelopt.hpp"
 
 namespace fp4moe {
@@ -138,6 +139,7 @@ MoeCheckpointLayer read_moe_layer(const std::string& dir, const TensorStore& sto
 MoeCheckpointLayer load_moe_layer(const std::string& dir, int64_t layer) {
   FP4MOE_CHECK(fs::is_directory(dir), dir << ": not a checkpoint directory");
   const MoeConfig config = config_from_hf_json((fs::path(dir) / io::modelopt::kModelConfigFile).string());
+  if (io::gpt_oss::is_gpt_oss_checkpoint(dir)) return io::gpt_oss::read_layer(TensorStore::open(dir), config, layer);
   const std::string quant_source = io::modelopt::require_nvfp4_quant_config(dir);
   const TensorStore store = TensorStore::open(dir);
   io::ProblemList problems;

@@ -108,3 +108,82 @@ TEST(GptOss, MissingBiasesAreNamed) {
 
 }  // namespace
 }  // namespace fp4moe
+
+#include "checkpoint_test_util.hpp"
+#include "fp4moe/checkpoint.hpp"
+
+namespace fp4moe {
+namespace {
+
+// gpt-oss's own layout, written here from known weights: gate and up rows
+// interleaved in gate_up_proj_{blocks,scales,bias}, the router's weight and bias.
+void write_gpt_oss_checkpoint(const std::string& dir, const MoeConfig& c, const MoeWeights& w, int64_t layer) {
+  const int64_t E = c.num_experts, H = c.hidden, I = c.intermediate;
+  std::vector<uint8_t> gu_blocks, gu_scales, dn_blocks, dn_scales;
+  std::vector<uint16_t> gu_bias, dn_bias;
+  for (const ExpertWeights& x : w.experts) {
+    for (int64_t i = 0; i < I; ++i)
+      for (const Fp4Matrix* m : {&x.gate, &x.up}) {
+        gu_blocks.insert(gu_blocks.end(), m->packed.begin() + i * (H / 2), m->packed.begin() + (i + 1) * (H / 2));
+        gu_scales.insert(gu_scales.end(), m->scales.begin() + i * (H / 32), m->scales.begin() + (i + 1) * (H / 32));
+      }
+    for (int64_t i = 0; i < I; ++i) {
+      gu_bias.push_back(bf16_from_float(x.gate_bias[size_t(i)]));
+      gu_bias.push_back(bf16_from_float(x.up_bias[size_t(i)]));
+    }
+    dn_blocks.insert(dn_blocks.end(), x.down.packed.begin(), x.down.packed.end());
+    dn_scales.insert(dn_scales.end(), x.down.scales.begin(), x.down.scales.end());
+    for (float v : x.down_bias) dn_bias.push_back(bf16_from_float(v));
+  }
+  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
+  using io::Dtype;
+  auto t = [](std::string name, Dtype d, std::vector<int64_t> shape, const auto& v) {
+    return io::TensorToWrite{std::move(name), d, std::move(shape), v.data(), uint64_t(v.size() * sizeof(v[0]))};
+  };
+  io::write_safetensors(
+      dir + "/model.safetensors",
+      {t(p + "experts.gate_up_proj_blocks", Dtype::U8, {E, 2 * I, H / 32, 16}, gu_blocks),
+       t(p + "experts.gate_up_proj_scales", Dtype::U8, {E, 2 * I, H / 32}, gu_scales),
+       t(p + "experts.gate_up_proj_bias", Dtype::BF16, {E, 2 * I}, gu_bias),
+       t(p + "experts.down_proj_blocks", Dtype::U8, {E, H, I / 32, 16}, dn_blocks),
+       t(p + "experts.down_proj_scales", Dtype::U8, {E, H, I / 32}, dn_scales),
+       t(p + "experts.down_proj_bias", Dtype::BF16, {E, H}, dn_bias),
+       t(p + "router.weight", Dtype::BF16, {E, H}, w.router_weight),
+       t(p + "router.bias", Dtype::F32, {E}, w.router_bias)});
+  test::write_text(dir + "/config.json",
+                   "{\"model_type\": \"gpt_oss\", \"hidden_size\": " + std::to_string(H) + ", \"intermediate_size\": " +
+                       std::to_string(I) + ", \"num_local_experts\": " + std::to_string(E) +
+                       ", \"num_experts_per_tok\": 4, \"num_hidden_layers\": 2, \"swiglu_limit\": 7.0,"
+                       " \"quantization_config\": {\"quant_method\": \"mxfp4\"}}");
+}
+
+TEST(GptOss, OwnCheckpointLayoutLoadsTheSameWeights) {
+  const MoeConfig c = preset("gpt-oss-small");
+  MoeWeights w = random_moe_weights(c, Fp4Format::mxfp4, 9);
+  w.router_weight.resize(size_t(c.num_experts * c.hidden));
+  for (size_t i = 0; i < w.router_weight.size(); ++i) w.router_weight[i] = bf16_from_float(float(int(i % 7) - 3) / 16.f);
+  for (int64_t e = 0; e < c.num_experts; ++e) w.router_bias.push_back(float(e) / 8.f);
+  const test::TempDir d;
+  write_gpt_oss_checkpoint(d.path(), c, w, 1);
+  const MoeCheckpointLayer l = load_moe_layer(d.path(), 1);
+  EXPECT_EQ(l.config.activation, Activation::clamped_swiglu);
+  EXPECT_TRUE(l.config.expert_bias);
+  ASSERT_EQ(l.weights.experts.size(), w.experts.size());
+  for (size_t e = 0; e < w.experts.size(); ++e) {
+    const ExpertWeights& a = l.weights.experts[e];
+    const ExpertWeights& b = w.experts[e];
+    EXPECT_EQ(a.gate.packed, b.gate.packed) << "expert " << e << " gate: the even rows";
+    EXPECT_EQ(a.up.packed, b.up.packed) << "expert " << e << " up: the odd rows";
+    EXPECT_EQ(a.up.scales, b.up.scales);
+    EXPECT_EQ(a.down.packed, b.down.packed);
+    EXPECT_EQ(a.gate_bias, b.gate_bias);
+    EXPECT_EQ(a.up_bias, b.up_bias);
+    EXPECT_EQ(a.down_bias, b.down_bias);
+  }
+  EXPECT_EQ(l.weights.router_weight, w.router_weight);
+  EXPECT_EQ(l.weights.router_bias, w.router_bias);
+  EXPECT_NE(test::error_of([&] { load_moe_layer(d.path(), 0); }).find("layer 0 has no tensor"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fp4moe
