@@ -4,6 +4,7 @@ tvm-ffi and exposes its global functions ``fp4moe.*``."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import pathlib
 
@@ -40,8 +41,9 @@ if not _path.exists():
 _module = tvm_ffi.load_module(str(_path))
 
 
+@functools.lru_cache(maxsize=None)
 def fn(name: str):
-    """The global function ``fp4moe.<name>`` of the native library."""
+    """The global function ``fp4moe.<name>`` of the native library (looked up once)."""
     return tvm_ffi.get_global_func("fp4moe." + name)
 
 

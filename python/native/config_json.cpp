@@ -1,6 +1,8 @@
 #include "config_json.hpp"
 
+#include <array>
 #include <set>
+#include <utility>
 
 #include "fp4moe/error.hpp"
 
@@ -8,6 +10,45 @@ namespace fp4moe::python {
 namespace {
 
 using json = nlohmann::json;
+
+// The spellings of the enum fields.
+constexpr std::array<std::pair<const char*, Scoring>, 2> kScoring{{{"softmax", Scoring::softmax}, {"sigmoid", Scoring::sigmoid}}};
+constexpr std::array<std::pair<const char*, Activation>, 2> kActivation{
+    {{"swiglu", Activation::swiglu}, {"clamped_swiglu", Activation::clamped_swiglu}}};
+constexpr std::array<std::pair<const char*, FinalizeMode>, 3> kFinalize{
+    {{"auto", FinalizeMode::automatic}, {"fused", FinalizeMode::fused}, {"split", FinalizeMode::split}}};
+const auto& spellings(Scoring) { return kScoring; }
+const auto& spellings(Activation) { return kActivation; }
+const auto& spellings(FinalizeMode) { return kFinalize; }
+
+// Every field the JSON objects carry, with its key: the one list that writing,
+// reading and the unknown-key check all follow.
+template <class C, class F>
+void config_fields(C& c, F&& f) {
+  f("name", c.name), f("hidden", c.hidden), f("intermediate", c.intermediate), f("num_experts", c.num_experts);
+  f("top_k", c.top_k), f("scoring", c.scoring), f("renormalize", c.renormalize), f("n_group", c.n_group);
+  f("topk_group", c.topk_group), f("use_correction_bias", c.use_correction_bias);
+  f("routed_scaling_factor", c.routed_scaling_factor), f("shared_expert", c.shared_expert);
+  f("shared_intermediate", c.shared_intermediate), f("activation", c.activation);
+  f("swiglu_limit", c.swiglu_limit), f("swiglu_alpha", c.swiglu_alpha), f("expert_bias", c.expert_bias);
+}
+
+template <class O, class F>
+void option_fields(O& o, F&& f) {
+  f("max_tokens", o.max_tokens), f("tune_cache", o.tune_cache), f("use_tune_cache", o.use_tune_cache);
+  f("deterministic", o.deterministic), f("finalize", o.finalize), f("device", o.device), f("split_k", o.split_k);
+}
+
+template <class T>
+json to_value(const T& v) {
+  if constexpr (std::is_enum_v<T>) {
+    for (const auto& [name, value] : spellings(v))
+      if (value == v) return name;
+    return static_cast<int>(v);
+  } else {
+    return v;
+  }
+}
 
 json parse(const std::string& text, const char* what) {
   try {
@@ -19,98 +60,57 @@ json parse(const std::string& text, const char* what) {
   }
 }
 
-void only_known(const json& j, const std::set<std::string>& known, const char* what) {
+// Reads every field the object has, refusing unknown keys, wrong types and unknown enum spellings.
+template <class T, class Fields>
+T read_object(const std::string& text, const char* what, Fields fields) {
+  const json j = parse(text, what);
+  T out;
+  std::set<std::string> known;
+  fields(out, [&](const char* key, auto& member) {
+    known.insert(key);
+    if (!j.contains(key)) return;
+    using M = std::decay_t<decltype(member)>;
+    try {
+      if constexpr (std::is_enum_v<M>) {
+        const std::string s = j.at(key).get<std::string>();
+        std::string allowed;
+        for (const auto& [name, value] : spellings(member)) {
+          if (s == name) return void(member = value);
+          allowed += (allowed.empty() ? "" : ", ") + std::string(name);
+        }
+        throw Error(std::string(what) + ": " + key + " '" + s + "' is not one of " + allowed);
+      } else {
+        member = j.at(key).get<M>();
+      }
+    } catch (const json::exception&) {
+      throw Error(std::string(what) + ": key '" + key + "' has the wrong type: " + j.at(key).dump());
+    }
+  });
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (known.count(it.key())) continue;
     std::string list;
     for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
     throw Error(std::string(what) + ": unknown key '" + it.key() + "' (known: " + list + ")");
   }
-}
-
-template <class T>
-void read(const json& j, const char* key, T& out, const char* what) {
-  if (!j.contains(key)) return;
-  try {
-    out = j.at(key).get<T>();
-  } catch (const json::exception&) {
-    throw Error(std::string(what) + ": key '" + key + "' has the wrong type: " + j.at(key).dump());
-  }
+  return out;
 }
 
 }  // namespace
 
 json config_to_json(const MoeConfig& c) {
-  return {{"name", c.name},
-          {"hidden", c.hidden},
-          {"intermediate", c.intermediate},
-          {"num_experts", c.num_experts},
-          {"top_k", c.top_k},
-          {"scoring", c.scoring == Scoring::sigmoid ? "sigmoid" : "softmax"},
-          {"renormalize", c.renormalize},
-          {"n_group", c.n_group},
-          {"topk_group", c.topk_group},
-          {"use_correction_bias", c.use_correction_bias},
-          {"routed_scaling_factor", c.routed_scaling_factor},
-          {"shared_expert", c.shared_expert},
-          {"shared_intermediate", c.shared_intermediate},
-          {"activation", c.activation == Activation::clamped_swiglu ? "clamped_swiglu" : "swiglu"},
-          {"swiglu_limit", c.swiglu_limit},
-          {"swiglu_alpha", c.swiglu_alpha},
-          {"expert_bias", c.expert_bias}};
+  json j = json::object();
+  config_fields(c, [&](const char* key, const auto& member) { j[key] = to_value(member); });
+  return j;
 }
 
 MoeConfig config_from_json(const std::string& text) {
-  const char* what = "config";
-  const json j = parse(text, what);
-  only_known(j, {"name", "hidden", "intermediate", "num_experts", "top_k", "scoring", "renormalize", "n_group",
-                 "topk_group", "use_correction_bias", "routed_scaling_factor", "shared_expert", "shared_intermediate",
-                 "activation", "swiglu_limit", "swiglu_alpha", "expert_bias"},
-             what);
-  MoeConfig c;
-  read(j, "name", c.name, what);
-  read(j, "hidden", c.hidden, what);
-  read(j, "intermediate", c.intermediate, what);
-  read(j, "num_experts", c.num_experts, what);
-  read(j, "top_k", c.top_k, what);
-  std::string scoring = "softmax";
-  read(j, "scoring", scoring, what);
-  FP4MOE_CHECK(scoring == "softmax" || scoring == "sigmoid", "config: scoring '" << scoring << "' is not softmax or sigmoid");
-  c.scoring = scoring == "sigmoid" ? Scoring::sigmoid : Scoring::softmax;
-  read(j, "renormalize", c.renormalize, what);
-  read(j, "n_group", c.n_group, what);
-  read(j, "topk_group", c.topk_group, what);
-  read(j, "use_correction_bias", c.use_correction_bias, what);
-  read(j, "routed_scaling_factor", c.routed_scaling_factor, what);
-  read(j, "shared_expert", c.shared_expert, what);
-  read(j, "shared_intermediate", c.shared_intermediate, what);
-  std::string activation = "swiglu";
-  read(j, "activation", activation, what);
-  FP4MOE_CHECK(activation == "swiglu" || activation == "clamped_swiglu",
-               "config: activation '" << activation << "' is not swiglu or clamped_swiglu");
-  c.activation = activation == "clamped_swiglu" ? Activation::clamped_swiglu : Activation::swiglu;
-  read(j, "swiglu_limit", c.swiglu_limit, what);
-  read(j, "swiglu_alpha", c.swiglu_alpha, what);
-  read(j, "expert_bias", c.expert_bias, what);
+  const MoeConfig c = read_object<MoeConfig>(text, "config", [](MoeConfig& m, auto&& f) { config_fields(m, f); });
   c.validate();
   return c;
 }
 
 LayerOptions options_from_json(const std::string& text) {
-  const char* what = "options";
-  const json j = parse(text, what);
-  only_known(j, {"max_tokens", "tune_cache", "use_tune_cache", "deterministic", "finalize", "device", "split_k"}, what);
-  LayerOptions o;
-  read(j, "max_tokens", o.max_tokens, what);
-  read(j, "tune_cache", o.tune_cache, what);
-  read(j, "use_tune_cache", o.use_tune_cache, what);
-  read(j, "deterministic", o.deterministic, what);
-  read(j, "device", o.device, what);
-  read(j, "split_k", o.split_k, what);
-  std::string f = "auto";
-  read(j, "finalize", f, what);
-  FP4MOE_CHECK(f == "auto" || f == "fused" || f == "split", "options: finalize '" << f << "' is not auto, fused or split");
-  o.finalize = f == "fused" ? FinalizeMode::fused : f == "split" ? FinalizeMode::split : FinalizeMode::automatic;
+  const LayerOptions o = read_object<LayerOptions>(text, "options", [](LayerOptions& m, auto&& f) { option_fields(m, f); });
   FP4MOE_CHECK(o.max_tokens >= 1, "options: max_tokens = " << o.max_tokens << " must be at least 1");
   return o;
 }

@@ -182,7 +182,9 @@ struct MoeLayer::Impl {
     return a;
   }
 
-  void route(cudaStream_t stream, const float* router_logits, int64_t tokens) {
+  // Into the layer's own routing buffers, or (a parallel layer's send buffers) into ids and weights.
+  void route(cudaStream_t stream, const float* router_logits, int64_t tokens, int32_t* ids = nullptr,
+             float* weights = nullptr) {
     const MoeConfig& c = cfg;
     kernels::RouteArgs r;
     r.logits = router_logits;
@@ -195,8 +197,8 @@ struct MoeLayer::Impl {
     r.n_group = static_cast<int>(c.n_group);
     r.topk_group = static_cast<int>(c.topk_group);
     r.routed_scaling_factor = c.routed_scaling_factor;
-    r.topk_ids = topk_ids.get();
-    r.topk_weights = topk_weights.get();
+    r.topk_ids = ids ? ids : topk_ids.get();
+    r.topk_weights = weights ? weights : topk_weights.get();
     r.status = status.get();
     kernels::launch_route(r, stream);
   }

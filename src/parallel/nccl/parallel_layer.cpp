@@ -106,12 +106,9 @@ void ParallelMoeLayer::forward_expert_allgather(cudaStream_t s, const __nv_bfloa
   Impl& p = *impl_;
   MoeLayer::Impl& m = inner(*p.layer);
   const int64_t G = p.ranks, Tm = p.max_tokens, H = m.cfg.hidden, k = m.cfg.top_k;
-  // 1. Route this rank's tokens; pad its rows to max_tokens (ids -1: no expert).
-  if (T > 0) m.route(s, logits, T);
+  // 1. Route this rank's tokens straight into the send buffers; pad its rows to max_tokens (ids -1: no expert).
+  if (T > 0) m.route(s, logits, T, p.ids_send.get(), p.weights_send.get());
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(p.hidden_send.get(), hidden, size_t(T * H) * 2, cudaMemcpyDeviceToDevice, s));
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(p.ids_send.get(), m.topk_ids.get(), size_t(T * k) * 4, cudaMemcpyDeviceToDevice, s));
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(p.weights_send.get(), m.topk_weights.get(), size_t(T * k) * 4,
-                                    cudaMemcpyDeviceToDevice, s));
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.ids_send.get() + T * k, 0xFF, size_t((Tm - T) * k) * 4, s));
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.weights_send.get() + T * k, 0, size_t((Tm - T) * k) * 4, s));
   // 2. Every rank's rows and routing.
