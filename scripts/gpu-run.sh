@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|layer|host|modelopt|sanitize|all]
+#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|layer|host|parallel|modelopt|sanitize|all]
 #   (bench: GEMM tiles at decode and prefill sizes and the K loop's wgmma rate; decode, prefill: those sizes only;
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
 #    host: the router kernels by token count (bench_route) and a forward's host time (bench_host_overhead);
 #    python: the Python package's torch tests and its op overhead, from a wheel in WHEELS (default .whl:
 #    fp4moe-*.whl and apache_tvm_ffi-*.whl, installed under /tmp/site);
+#    parallel: the layer across GPUs (fp4moe bench --ep/--tp): at one rank, what the parallel path adds over
+#    the single-GPU layer (GLM-5 as one EP8 rank holds it, E/8 experts; as one TP8 rank, I/8), T = PARALLEL_TOKENS;
+#    with several GPUs, each mode over 2, 4, 8 of them;
 #    modelopt: NVFP4 test vectors from ModelOpt's own code, MODELOPT_WHEEL=path of the nvidia-modelopt wheel
 #    (default .whl/nvidia_modelopt-*.whl), written to $OUT/modelopt_nvfp4_vectors.safetensors)
 # PACK=1 leaves one file, $OUT/gpu-run.tar.gz, holding every log (the device tool returns at most 8 files).
@@ -16,8 +19,8 @@ OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
 WHAT=${1:-all}
 case "$WHAT" in
-  tests|python|bench|decode|prefill|rate|layer|host|modelopt|sanitize|all) ;;
-  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, layer, host, modelopt, sanitize, all" >&2; exit 2 ;;
+  tests|python|bench|decode|prefill|rate|layer|host|parallel|modelopt|sanitize|all) ;;
+  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, layer, host, parallel, modelopt, sanitize, all" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 # cuBLAS and NCCL from PyTorch's wheels where the system has none on the loader's path
@@ -124,6 +127,22 @@ if [ "$WHAT" = layer ] || [ "$WHAT" = all ]; then
   summary+=("fp4moe bench: rc=$?")
   rm -f "$OUT/bench_layer.log.tmp"
 fi
+if [ "$WHAT" = parallel ] || [ "$WHAT" = all ]; then
+  TOK=${PARALLEL_TOKENS:-1,2,4,8,16,32,64,128,256,512,1024,2048}
+  gpus=$(nvidia-smi -L | wc -l)
+  runs=("ep1_allgather --ep 1 --dispatch allgather --experts 32" "ep1_alltoall --ep 1 --dispatch alltoall --experts 32"
+        "tp1 --tp 1 --intermediate 256")
+  for g in 2 4 8; do
+    [ "$gpus" -ge "$g" ] && runs+=("ep${g}_allgather --ep $g --dispatch allgather" "ep${g}_alltoall --ep $g --dispatch alltoall"
+                                   "tp$g --tp $g")
+  done
+  for r in "${runs[@]}"; do
+    name=${r%% *}
+    # shellcheck disable=SC2086
+    "$BIN/fp4moe" bench --model glm5 --tokens "$TOK" --reps 20 --out "$OUT/parallel_$name" ${r#* } > "$OUT/parallel_$name.log" 2>&1
+    summary+=("fp4moe bench ${r#* }: rc=$?")
+  done
+fi
 if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
   # compute-sanitizer on small cases (memcheck and racecheck)
   for tool in memcheck racecheck; do
@@ -164,6 +183,7 @@ if [ -f "$OUT/bench_wgmma_rate.txt" ]; then cat "$OUT/bench_wgmma_rate.txt"; fi
 for f in bench_route bench_host_overhead python_op_overhead python_layer; do [ -f "$OUT/$f.txt" ] && cat "$OUT/$f.txt"; done
 if [ -f "$OUT/tune.log" ]; then tail -32 "$OUT/tune.log"; fi
 if [ -f "$OUT/bench/bench.md" ]; then cat "$OUT/bench/bench.md"; fi
+for f in "$OUT"/parallel_*.log; do [ -f "$f" ] && { echo; echo "$(basename "$f" .log):"; grep -E '^(\||fp4moe --)' "$f"; }; done
 if [ "${PACK:-0}" = 1 ]; then
   tar czf /tmp/gpu-run.tar.gz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/gpu-run.tar.gz "$OUT/gpu-run.tar.gz"
   echo "packed: $OUT/gpu-run.tar.gz"

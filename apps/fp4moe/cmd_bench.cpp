@@ -21,6 +21,7 @@
 #include "plan/arch.hpp"
 #include "plan/decode_plan.hpp"
 #include "progress.hpp"
+#include "run_layer.hpp"
 #include "runtime/layer_benchmark.hpp"
 
 #ifndef FP4MOE_SOURCE_DIR
@@ -45,6 +46,13 @@ struct BenchOptions {
   bool no_split_k = false;
   bool no_peers = false;
   std::string render;  // re-render the outputs of an earlier run's bench.json
+  int64_t experts = 0;       // the model with this many experts (0: its own)
+  int64_t intermediate = 0;  // ... and this expert width (0: its own), the shared expert's in proportion
+  // the layer across local GPUs (run_parallel.cpp)
+  int ep = 0, tp = 0;
+  std::string dispatch = "allgather";
+  int64_t capacity = -1;
+  int warmup_forwards = 200;
 };
 
 void write_file(const fs::path& p, const std::string& text) { io::write_file_atomically(p.string(), text); }
@@ -134,9 +142,39 @@ void run_bench(const BenchOptions& o) {
   FP4MOE_CHECK(!o.tokens.empty(), "--tokens: no token counts given");
   std::string why;
   const auto devs = list_devices(&why);
-  if (devs.empty()) return bench_without_gpu(o, why);
-  const MoeConfig cfg = model_of(o.model);
+  FP4MOE_CHECK(o.dispatch == "allgather" || o.ep, "--dispatch " << o.dispatch << " needs --ep");
+  FP4MOE_CHECK(o.capacity < 0 || o.dispatch == "alltoall", "--capacity needs --dispatch alltoall");
+  if (devs.empty()) {
+    FP4MOE_CHECK(!o.ep && !o.tp, "--" << (o.ep ? "ep" : "tp") << " needs GPUs; " << why);
+    return bench_without_gpu(o, why);
+  }
+  MoeConfig cfg = model_of(o.model);
+  if (o.experts) {
+    cfg.num_experts = o.experts;
+    cfg.name += fmt::format(" with {} experts", o.experts);
+  }
+  if (o.intermediate) {
+    if (cfg.shared_expert) cfg.shared_intermediate = cfg.shared_intermediate * o.intermediate / cfg.intermediate;
+    cfg.intermediate = o.intermediate;
+    cfg.name += fmt::format(" with I = {}", o.intermediate);
+  }
+  cfg.validate();
   fs::create_directories(o.out);
+  if (o.ep || o.tp) {
+    FP4MOE_CHECK(!(o.ep && o.tp), "--ep and --tp are one or the other");
+    ParallelRequest r;
+    r.mode = o.ep ? "ep" : "tp";
+    r.dispatch = o.dispatch;
+    r.capacity = o.capacity;
+    r.ranks = o.ep ? o.ep : o.tp;
+    r.tokens = o.tokens;
+    r.seed = 2;
+    r.reps = o.reps;
+    r.warmup_forwards = o.warmup_forwards;
+    r.check = true;
+    r.json_out = (fs::path(o.out) / "parallel.json").string();
+    return run_parallel({cfg, random_moe_weights(cfg, Fp4Format::nvfp4, 2), "random nvfp4, seed 2", {}}, r, devs);
+  }
   fmt::print("fp4moe bench on {} (sm_{}): {}\n", devs[0].name, devs[0].cc, cfg.name);
   const MoeWeights w = random_moe_weights(cfg, Fp4Format::nvfp4, 2);
   LayerBenchOptions bo;
@@ -186,6 +224,24 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--no-split-k", o.no_split_k, "Never split a GEMM's K loop across CTAs");
   cmd->add_flag("--no-peers", o.no_peers, "Skip the PyTorch peer");
   cmd->add_option("--render", o.render, "Only re-render CSV, Markdown and SVG from an earlier bench.json");
+  cmd->add_option("--experts", o.experts, "The model with this many experts (as one expert-parallel rank holds E/G)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--intermediate", o.intermediate, "The model with this expert width I (as one tensor-parallel rank "
+                                                    "holds I/G), the shared expert's width in proportion")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ep", o.ep, "The layer across this many local GPUs by expert parallelism (one thread each): "
+                                "each rank's forward, its collectives alone and the single-GPU layer, per --tokens "
+                                "per rank; writes OUT/parallel.json")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--tp", o.tp, "As --ep, by tensor parallelism")->check(CLI::Range(1, 64));
+  cmd->add_option("--dispatch", o.dispatch, "With --ep: allgather or alltoall")
+      ->check(CLI::IsMember({"allgather", "alltoall"}))
+      ->capture_default_str();
+  cmd->add_option("--capacity", o.capacity, "With --dispatch alltoall: rows per peer (default: the largest --tokens)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup-forwards", o.warmup_forwards, "With --ep/--tp: back-to-back forwards before each token count")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->callback([] { run_bench(o); });
 }
 

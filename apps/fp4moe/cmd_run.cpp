@@ -40,6 +40,8 @@ struct RunOptions {
   int64_t layer = -1;
   std::string input, output;  // replay
   int ep = 0, tp = 0;          // the layer across this many local GPUs
+  std::string dispatch = "allgather";
+  int64_t capacity = -1;
 };
 
 Fp4Format parse_format(const std::string& s) {
@@ -238,10 +240,21 @@ void run(const RunOptions& o) {
   const auto devs = o.cpu ? std::vector<DeviceInfo>{} : list_devices(&why);
   if (o.cpu) why = "--cpu given";
   if (!o.input.empty()) return run_replay(o, devs, why);
+  FP4MOE_CHECK(o.dispatch == "allgather" || o.ep, "--dispatch " << o.dispatch << " needs --ep");
+  FP4MOE_CHECK(o.capacity < 0 || o.dispatch == "alltoall", "--capacity needs --dispatch alltoall");
   if (o.ep || o.tp) {
     FP4MOE_CHECK(!(o.ep && o.tp), "--ep and --tp are one or the other");
     FP4MOE_CHECK(!devs.empty(), "--" << (o.ep ? "ep" : "tp") << " needs GPUs; " << why);
-    return run_parallel(choose_layer(o), {o.ep ? "ep" : "tp", o.ep ? o.ep : o.tp, o.tokens, o.seed, o.reps, o.check}, devs);
+    ParallelRequest r;
+    r.mode = o.ep ? "ep" : "tp";
+    r.dispatch = o.dispatch;
+    r.capacity = o.capacity;
+    r.ranks = o.ep ? o.ep : o.tp;
+    r.tokens = {o.tokens};
+    r.seed = o.seed;
+    r.reps = o.reps;
+    r.check = o.check;
+    return run_parallel(choose_layer(o), r, devs);
   }
   if (devs.empty()) return run_cpu(o, why);
   const auto t0 = std::chrono::steady_clock::now();
@@ -270,10 +283,15 @@ void register_run(CLI::App& app) {
                                     "with --output also writes the reference and the error");
   cmd->add_flag("--deterministic", o.deterministic, "Split finalize: bitwise identical run to run");
   cmd->add_flag("--cpu", o.cpu, "Run the CPU reference even when a GPU is present");
-  cmd->add_option("--ep", o.ep, "Expert parallelism (allgather) over this many local GPUs, one thread each; "
+  cmd->add_option("--ep", o.ep, "Expert parallelism over this many local GPUs, one thread each; "
                                 "--tokens per rank; --check compares every rank with the single-GPU layer")
       ->check(CLI::Range(1, 64));
   cmd->add_option("--tp", o.tp, "Tensor parallelism over this many local GPUs (as --ep)")->check(CLI::Range(1, 64));
+  cmd->add_option("--dispatch", o.dispatch, "With --ep: allgather, or alltoall (each token only to the ranks of its experts)")
+      ->check(CLI::IsMember({"allgather", "alltoall"}))
+      ->capture_default_str();
+  cmd->add_option("--capacity", o.capacity, "With --dispatch alltoall: rows per peer (default: --tokens, never drops a pair)")
+      ->check(CLI::PositiveNumber);
   cmd->callback([] { run(o); });
 }
 

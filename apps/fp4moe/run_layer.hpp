@@ -33,12 +33,16 @@ void replay_on_cpu(const RunLayer& layer, const ReplayRequest& r, const std::str
 // --ep G / --tp G: the layer across G local GPUs, one thread per GPU
 // (run_parallel.cpp); each rank's output against the single-GPU layer.
 struct ParallelRequest {
-  std::string mode;  // "ep" (expert parallelism, allgather) or "tp"
+  std::string mode;                     // "ep" (expert parallelism) or "tp"
+  std::string dispatch = "allgather";   // ep: "allgather" or "alltoall"
+  int64_t capacity = -1;                // alltoall rows per peer (-1: the largest token count)
   int ranks = 1;
-  int64_t tokens = 1;  // per rank
+  std::vector<int64_t> tokens = {1};    // per rank
   uint64_t seed = 1;
   int reps = 20;
+  int warmup_forwards = 0;              // back-to-back forwards before each token count's timings
   bool check = false;
+  std::string json_out;                 // the results as JSON, or empty
 };
 void run_parallel(const RunLayer& layer, const ParallelRequest& r, const std::vector<DeviceInfo>& devs);
 

@@ -5,6 +5,12 @@
 //     computes its experts' share for all of them, and a reduce-scatter returns
 //     each rank the sums for its own tokens; the shared expert runs on each
 //     rank's own tokens. Fixed sizes (max_tokens per rank): graph capturable.
+//   expert parallelism, alltoall: the same experts per rank; each token
+//     travels only to the ranks holding one of its experts (once per rank,
+//     with the ids and weights of its pairs there), in buffers of a fixed
+//     capacity of rows per peer, and its fp32 partial rows travel back to be
+//     summed in rank order. Graph capturable; moves fewer bytes than allgather
+//     only with a capacity below max_tokens (docs/parallel.md).
 //   tensor parallelism: rank r holds the slice [r I/G, (r+1) I/G) of every
 //     expert's (and the shared expert's) intermediate dimension; every rank
 //     runs the layer on its slice for the same tokens, and an all-reduce sums
@@ -25,10 +31,18 @@
 #include <nccl.h>
 
 #include "fp4moe/layer.hpp"
+#include "fp4moe/parallel_mode.hpp"
 
 namespace fp4moe {
 
-enum class ParallelMode { expert_allgather, tensor };
+
+struct ParallelOptions {
+  // expert_alltoall: rows each rank sends to each peer per forward; -1 is
+  // max_tokens, which never drops a pair (a token goes at most once to a rank).
+  // Below that, a token that finds no slot loses its pairs on that rank and
+  // check_status() reports it.
+  int64_t alltoall_capacity = -1;
+};
 
 class ParallelMoeLayer {
  public:
@@ -36,7 +50,7 @@ class ParallelMoeLayer {
   // current device (or opts.device). weights: the whole layer on the host;
   // the rank prepares only its part. opts.max_tokens is per rank.
   ParallelMoeLayer(const MoeConfig& cfg, const MoeWeights& weights, ParallelMode mode, ncclComm_t comm,
-                   const LayerOptions& opts = {});
+                   const LayerOptions& opts = {}, const ParallelOptions& popts = {});
   ~ParallelMoeLayer();
   ParallelMoeLayer(const ParallelMoeLayer&) = delete;
   ParallelMoeLayer& operator=(const ParallelMoeLayer&) = delete;
@@ -47,10 +61,16 @@ class ParallelMoeLayer {
   void forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
                __nv_bfloat16* out);
 
+  // The collectives of a forward of `tokens` tokens alone, on the layer's own
+  // buffers (their contents are not meaningful after): what the communication
+  // costs beside the compute. A collective like forward.
+  void communicate(cudaStream_t stream, int64_t tokens);
+
   int rank() const;
   int ranks() const;
   ParallelMode mode() const;
   MoeLayer& local();  // the rank's own layer: its experts, or its slice of every expert
+  int64_t alltoall_capacity() const;  // rows per peer (expert_alltoall), else 0
   void check_status(cudaStream_t stream) { local().check_status(stream); }
 
  private:
@@ -58,6 +78,12 @@ class ParallelMoeLayer {
   static MoeLayer::Impl& inner(MoeLayer& layer);  // the single-GPU layer's stages
   void forward_expert_allgather(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
                                 __nv_bfloat16* out);
+  void exchange_blocks(cudaStream_t s, bool partial_rows);
+  void forward_expert_alltoall(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
+                               __nv_bfloat16* out);
+  void experts_over_rows(cudaStream_t s, const __nv_bfloat16* rows_hidden, const int32_t* rows_ids,
+                         const float* rows_weights, int64_t rows, int64_t plan_tokens, int64_t own_tokens, float* partial);
+  void add_shared_and_round(cudaStream_t s, const __nv_bfloat16* hidden, const float* sums, int64_t T, __nv_bfloat16* out);
   void forward_tensor(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T, __nv_bfloat16* out);
   std::unique_ptr<Impl> impl_;
 };

@@ -5,6 +5,9 @@
                                          e_score_correction_bias=bias, max_tokens=2048)
     out = layer(hidden_states, router_logits)                  # or topk_ids=, topk_weights=
 
+Across GPUs: ``fp4moe.ParallelMoeLayer`` on a torch.distributed NCCL group or an
+engine's NCCL communicator (expert or tensor parallelism).
+
 Optional: ``import fp4moe.torch`` registers torch.ops.fp4moe.*; ``fp4moe.transformers``
 puts fp4moe behind transformers' GLM-5 and DeepSeek-V3 MoE blocks.
 """
@@ -12,10 +15,11 @@ puts fp4moe behind transformers' GLM-5 and DeepSeek-V3 MoE blocks.
 from . import _native
 from .config import config_from_hf, preset, preset_names
 from .layer import MoeLayer
+from .parallel import ParallelMoeLayer, nccl_unique_id
 from .planner import plan
 from .reference import dequantize, moe_forward, quantize, route
 
 __version__ = str(_native.fn("version")())
 
-__all__ = ["MoeLayer", "plan", "preset", "preset_names", "config_from_hf", "quantize", "dequantize", "route",
+__all__ = ["MoeLayer", "ParallelMoeLayer", "nccl_unique_id", "plan", "preset", "preset_names", "config_from_hf", "quantize", "dequantize", "route",
            "moe_forward", "__version__"]

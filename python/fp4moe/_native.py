@@ -13,18 +13,19 @@ import tvm_ffi
 _HERE = pathlib.Path(__file__).resolve().parent
 
 
-def _preload_cublas() -> None:
-    # The library links cuBLAS (the on-device router). A CUDA toolkit on the
-    # loader's path provides it; PyTorch's nvidia-cublas wheel may instead.
+def _preload(package: str, names) -> None:
+    # The library links cuBLAS (the on-device router) and NCCL (the parallel
+    # layer). A CUDA toolkit on the loader's path provides them; PyTorch's
+    # nvidia-* wheels may instead, and then the process must hold one NCCL:
+    # a communicator made by torch.distributed is used through the same library.
     try:
-        import nvidia.cublas  # type: ignore[import-not-found]
-
-        lib = pathlib.Path(list(nvidia.cublas.__path__)[0]) / "lib"
-        for name in ("libcublasLt.so.13", "libcublas.so.13"):
-            if (lib / name).exists():
-                ctypes.CDLL(str(lib / name), mode=ctypes.RTLD_GLOBAL)
+        mod = __import__(package, fromlist=["__path__"])
     except ImportError:
-        pass
+        return
+    for root in mod.__path__:
+        for name in names:
+            if (pathlib.Path(root) / "lib" / name).exists():
+                ctypes.CDLL(str(pathlib.Path(root) / "lib" / name), mode=ctypes.RTLD_GLOBAL)
 
 
 def _library_path() -> pathlib.Path:
@@ -34,7 +35,8 @@ def _library_path() -> pathlib.Path:
     return _HERE / "libfp4moe_native.so"
 
 
-_preload_cublas()
+_preload("nvidia.cublas", ("libcublasLt.so.13", "libcublas.so.13"))
+_preload("nvidia.nccl", ("libnccl.so.2",))
 _path = _library_path()
 if not _path.exists():
     raise ImportError(f"fp4moe: the native library {_path} is missing (install the package with pip install .)")
@@ -50,3 +52,8 @@ def fn(name: str):
 @tvm_ffi.register_object("fp4moe.Layer")
 class NativeLayer(tvm_ffi.Object):
     """The C++ MoeLayer; use fp4moe.MoeLayer."""
+
+
+@tvm_ffi.register_object("fp4moe.ParallelLayer")
+class NativeParallelLayer(tvm_ffi.Object):
+    """The C++ ParallelMoeLayer; use fp4moe.ParallelMoeLayer."""

@@ -79,6 +79,15 @@ class MoeLayer:
         return cls(_native.fn("layer_from_modelopt")(str(path), int(layer), opts))
 
     @classmethod
+    def random(cls, config: Any, *, seed: int = 1, format: str = "nvfp4", max_tokens: int = 1024,
+               finalize: str = "auto", deterministic: bool = False, tune_cache: Optional[str] = None,
+               use_tune_cache: bool = True, device: Optional[int] = None, split_k: bool = True) -> "MoeLayer":
+        """A layer of random FP4 weights (the same for the same config, format and seed as
+        the CLI's ``--seed`` and ``ParallelMoeLayer.random``): for tests and benchmarks."""
+        opts = _options_json(max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k)
+        return cls(_native.fn("layer_from_random")(as_config_json(config), str(format), int(seed), opts))
+
+    @classmethod
     def from_tensors(cls, config: Any, w13: Any, w13_scale: Any, w13_scale_2: Any, w2: Any, w2_scale: Any,
                      w2_scale_2: Any, *, w13_order: str = "gate_up", scale_layout: str = "linear",
                      format: Optional[str] = None, router_weight: Any = None, e_score_correction_bias: Any = None,

@@ -124,6 +124,16 @@ Layer from_modelopt(const String& path, int64_t layer_index, const String& optio
   });
 }
 
+// Random FP4 weights (random_moe_weights: the CLI's and the tests' layers) for a config.
+Layer from_random(const String& config, const String& format, int64_t seed, const String& options) {
+  return guarded([&] {
+    const LayerOptions o = options_from_json(options);
+    if (o.device >= 0) FP4MOE_CUDA_CHECK(cudaSetDevice(o.device));
+    const MoeConfig c = config_from_json(config);
+    return make(std::make_unique<MoeLayer>(c, random_moe_weights(c, format_from_string(format), uint64_t(seed)), o), o);
+  });
+}
+
 // hidden bf16 [T, H] and out bf16 [T, H] on the layer's device; T <= max_tokens.
 int64_t check_io(const LayerObj& l, const TensorView& hidden, const TensorView& out) {
   const MoeConfig& c = l.layer->config();
@@ -237,6 +247,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
   refl::GlobalDef()
       .def("fp4moe.layer_from_tensors", from_tensors)
       .def("fp4moe.layer_from_modelopt", from_modelopt)
+      .def("fp4moe.layer_from_random", from_random)
       .def("fp4moe.layer_forward", forward)
       .def("fp4moe.layer_forward_routed", forward_routed)
       .def("fp4moe.layer_forward_from_hidden", forward_from_hidden)

@@ -12,6 +12,7 @@ namespace fp4moe::kernels {
 enum RoutingStatus : int32_t {
   kStatusNonFiniteLogit = 1,   // a NaN/Inf router logit: that token routes to experts 0..k-1 with weight 0
   kStatusBadExpertId = 2,      // a topk id outside [0, global experts): that pair contributes nothing
+  kStatusCapacityOverflow = 4, // EP all-to-all: a token found no slot for a peer; its pairs there contribute nothing
 };
 
 struct RouteArgs {

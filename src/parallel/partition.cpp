@@ -4,23 +4,27 @@
 
 #include "fp4moe/error.hpp"
 
-namespace fp4moe::parallel {
+namespace fp4moe {
 
-const char* to_string(Mode m) {
+const char* to_string(ParallelMode m) {
   switch (m) {
-    case Mode::ep_allgather: return "allgather";
-    case Mode::ep_alltoall: return "alltoall";
-    case Mode::tp: return "tp";
+    case ParallelMode::expert_allgather: return "allgather";
+    case ParallelMode::expert_alltoall: return "alltoall";
+    case ParallelMode::tensor: return "tp";
   }
   return "?";
 }
 
-Mode parse_mode(const std::string& s) {
-  if (s == "allgather") return Mode::ep_allgather;
-  if (s == "alltoall") return Mode::ep_alltoall;
-  if (s == "tp") return Mode::tp;
+ParallelMode parse_parallel_mode(const std::string& s) {
+  if (s == "allgather") return ParallelMode::expert_allgather;
+  if (s == "alltoall") return ParallelMode::expert_alltoall;
+  if (s == "tp") return ParallelMode::tensor;
   throw Error("parallel mode '" + s + "' is not one of allgather, alltoall, tp");
 }
+
+}  // namespace fp4moe
+
+namespace fp4moe::parallel {
 
 namespace {
 void check_rank(int rank, int ranks) {

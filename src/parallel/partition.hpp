@@ -9,13 +9,10 @@
 #include <vector>
 
 #include "fp4moe/model.hpp"
+#include "fp4moe/parallel_mode.hpp"
 #include "fp4moe/reference.hpp"
 
 namespace fp4moe::parallel {
-
-enum class Mode { ep_allgather, ep_alltoall, tp };
-const char* to_string(Mode m);
-Mode parse_mode(const std::string& s);  // "allgather", "alltoall", "tp"
 
 // EP: rank r holds experts [r E/G, (r+1) E/G); E % G != 0 is an error naming both.
 struct ExpertRange {

@@ -324,6 +324,9 @@ void MoeLayer::check_status(cudaStream_t stream) {
   FP4MOE_CHECK(!(s & kernels::kStatusNonFiniteLogit), "forward: a router logit was NaN or Inf (that token got zero weights)");
   FP4MOE_CHECK(!(s & kernels::kStatusBadExpertId), "forward: an expert id was outside [0, " << impl_->cfg.num_experts
                                                     << ") (those pairs contributed nothing)");
+  FP4MOE_CHECK(!(s & kernels::kStatusCapacityOverflow),
+               "forward: a token found no free row in the expert-parallel all-to-all's capacity "
+               "(ParallelOptions::alltoall_capacity); its pairs on that rank contributed nothing");
 }
 
 const int32_t* MoeLayer::topk_ids() const { return impl_->topk_ids.get(); }

@@ -162,7 +162,7 @@ TEST(ParallelPartition, BadSetupsNameTheValue) {
             std::string::npos);
   EXPECT_NE(error_of([&] { parallel::expert_range(c, 4, 4); }).find("rank = 4 is outside 0..3"), std::string::npos);
   EXPECT_NE(error_of([&] { parallel::tp_config(c, 2); }).find("I = 128 over 2 ranks gives 64 per rank"), std::string::npos);
-  EXPECT_NE(error_of([&] { parallel::parse_mode("ring"); }).find("'ring'"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse_parallel_mode("ring"); }).find("'ring'"), std::string::npos);
 }
 
 }  // namespace

@@ -57,13 +57,12 @@ TEST(GpuParallelLayer, OneRankEqualsTheSingleGpuLayerBitwise) {
   o.max_tokens = 64;
   o.finalize = FinalizeMode::split;
   MoeLayer single(c, w, o);
-  for (ParallelMode mode : {ParallelMode::expert_allgather, ParallelMode::tensor}) {
+  for (ParallelMode mode : {ParallelMode::expert_allgather, ParallelMode::expert_alltoall, ParallelMode::tensor}) {
     ParallelMoeLayer par(c, w, mode, comms[0], o);
     EXPECT_EQ(par.ranks(), 1);
     for (int64_t T : {1, 13, 64}) {
       const Inputs in = inputs(c, T, 100 + uint64_t(T));
-      EXPECT_EQ(run(par, c, in, T), run(single, c, in, T))
-          << (mode == ParallelMode::tensor ? "tensor" : "expert allgather") << " T=" << T;
+      EXPECT_EQ(run(par, c, in, T), run(single, c, in, T)) << to_string(mode) << " T=" << T;
     }
   }
   destroy_nccl_comm(comms[0]);
@@ -83,7 +82,7 @@ TEST(GpuParallelLayer, EveryLocalGpuAsARankAgainstTheSingleGpuLayer) {
   LayerOptions o;
   o.max_tokens = 48;
   o.finalize = FinalizeMode::split;
-  for (ParallelMode mode : {ParallelMode::expert_allgather, ParallelMode::tensor}) {
+  for (ParallelMode mode : {ParallelMode::expert_allgather, ParallelMode::expert_alltoall, ParallelMode::tensor}) {
     std::vector<std::vector<uint16_t>> got(static_cast<size_t>(G)), want(static_cast<size_t>(G));
     std::vector<std::string> errors(static_cast<size_t>(G));
     std::vector<std::thread> threads;
@@ -105,15 +104,37 @@ TEST(GpuParallelLayer, EveryLocalGpuAsARankAgainstTheSingleGpuLayer) {
       });
     for (auto& t : threads) t.join();
     for (int r = 0; r < G; ++r) {
-      ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+      ASSERT_EQ(errors[size_t(r)], "") << to_string(mode) << " rank " << r;
       std::vector<float> a(got[size_t(r)].size()), b(a.size());
       for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_float(got[size_t(r)][i]), b[i] = bf16_to_float(want[size_t(r)][i]);
       int64_t nan = 0;
-      EXPECT_LT(test::rel_frobenius(a, b, &nan), 1e-3) << "rank " << r;
+      EXPECT_LT(test::rel_frobenius(a, b, &nan), 1e-3) << to_string(mode) << " rank " << r;
       EXPECT_EQ(nan, 0);
     }
   }
   for (ncclComm_t comm : comms) destroy_nccl_comm(comm);
+}
+
+TEST(GpuParallelLayer, AllToAllOverflowIsReported) {
+  FP4MOE_REQUIRE_GPU();
+  const MoeConfig c = config();
+  const MoeWeights w = random_moe_weights(c, Fp4Format::nvfp4, 5);
+  std::vector<ncclComm_t> comms = make_local_nccl_comms({0});
+  LayerOptions o;
+  o.max_tokens = 32;
+  ParallelOptions small;
+  small.alltoall_capacity = 8;
+  ParallelMoeLayer par(c, w, ParallelMode::expert_alltoall, comms[0], o, small);
+  EXPECT_EQ(par.alltoall_capacity(), 8);
+  const Inputs in = inputs(c, 8, 3);
+  run(par, c, in, 8);  // 8 tokens fit
+  try {
+    run(par, c, inputs(c, 13, 4), 13);
+    ADD_FAILURE() << "13 tokens in a capacity of 8 rows were not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("alltoall_capacity"), std::string::npos) << e.what();
+  }
+  destroy_nccl_comm(comms[0]);
 }
 
 TEST(GpuParallelLayer, BadSetupsNameTheValue) {
@@ -122,6 +143,14 @@ TEST(GpuParallelLayer, BadSetupsNameTheValue) {
   MoeConfig c = preset("glm5-small");  // I = 128: one rank is fine; the errors below come from the partition
   const MoeWeights w = random_moe_weights(c, Fp4Format::nvfp4, 8);
   EXPECT_THROW(ParallelMoeLayer(c, w, ParallelMode::expert_allgather, nullptr), Error);
+  ParallelOptions zero;
+  zero.alltoall_capacity = 0;
+  try {
+    ParallelMoeLayer(c, w, ParallelMode::expert_alltoall, comms[0], {}, zero);
+    ADD_FAILURE() << "a capacity of 0 rows was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("alltoall_capacity = 0"), std::string::npos) << e.what();
+  }
   ParallelMoeLayer ok(c, w, ParallelMode::tensor, comms[0]);
   DeviceBuffer<uint16_t> x(size_t(c.hidden)), out(size_t(c.hidden));
   DeviceBuffer<float> l(size_t(c.num_experts));

@@ -5,6 +5,7 @@
 #include "fp4moe/parallel.hpp"
 
 #include "fp4moe/error.hpp"
+#include "kernels/expert_dispatch.hpp"
 #include "parallel/nccl/nccl_check.hpp"
 #include "parallel/partition.hpp"
 #include "runtime/cuda_check.hpp"
@@ -23,14 +24,19 @@ struct ParallelMoeLayer::Impl {
   DeviceBuffer<__nv_bfloat16> hidden_send, hidden_all;
   DeviceBuffer<int32_t> ids_send, ids_all;
   DeviceBuffer<float> weights_send, weights_all;
-  // fp32 partial sums: [G max_tokens, H] (allgather) or [max_tokens, H] (tensor), and the reduced rows
+  // expert alltoall: [G, C] rows bound for each rank, and received from each (ids/weights/hidden_*
+  // above hold them), the slot of each own token at each rank, the partial rows back
+  int64_t capacity = 0;
+  DeviceBuffer<int32_t> slot_of;
+  DeviceBuffer<float> returned;
+  // fp32 partial sums: [G rows, H] (expert modes) or [max_tokens, H] (tensor), and the reduced rows
   DeviceBuffer<float> partial, reduced;
 };
 
 MoeLayer::Impl& ParallelMoeLayer::inner(MoeLayer& layer) { return *layer.impl_; }
 
 ParallelMoeLayer::ParallelMoeLayer(const MoeConfig& cfg, const MoeWeights& weights, ParallelMode mode, ncclComm_t comm,
-                                   const LayerOptions& opts)
+                                   const LayerOptions& opts, const ParallelOptions& popts)
     : impl_(new Impl) {
   Impl& p = *impl_;
   FP4MOE_CHECK(comm, "ParallelMoeLayer: the NCCL communicator is null");
@@ -65,6 +71,28 @@ ParallelMoeLayer::ParallelMoeLayer(const MoeConfig& cfg, const MoeWeights& weigh
     p.weights_all.resize(size_t(G * T * k));
     p.partial.resize(size_t(G * T * H));
     p.reduced.resize(size_t(T * H));
+  } else if (mode == ParallelMode::expert_alltoall) {
+    const parallel::ExpertRange r = parallel::expert_range(cfg, p.rank, p.ranks);
+    const int64_t C = popts.alltoall_capacity < 0 ? T : popts.alltoall_capacity;
+    FP4MOE_CHECK(C >= 1, "ParallelOptions::alltoall_capacity = " << popts.alltoall_capacity
+                                                                 << " must be at least 1 row per peer (or -1: max_tokens)");
+    p.capacity = C;
+    local.expert_begin = r.begin;
+    local.expert_count = r.count;
+    local.max_tokens = G * C;  // every peer's block
+    p.layer = std::make_unique<MoeLayer>(cfg, parallel::slice_experts(weights, r), local);
+    if (G > 1) {
+      p.hidden_send.resize(size_t(G * C * H));
+      p.ids_send.resize(size_t(G * C * k));
+      p.weights_send.resize(size_t(G * C * k));
+      p.returned.resize(size_t(G * C * H));
+    }
+    p.hidden_all.resize(size_t(G * C * H));
+    p.ids_all.resize(size_t(G * C * k));
+    p.weights_all.resize(size_t(G * C * k));
+    p.slot_of.resize(size_t(T * G));
+    p.partial.resize(size_t(G * C * H));
+    p.reduced.resize(size_t(T * H));
   } else {
     p.layer = std::make_unique<MoeLayer>(parallel::tp_config(cfg, p.ranks),
                                          parallel::slice_intermediate(cfg, weights, p.rank, p.ranks), local);
@@ -78,14 +106,18 @@ int ParallelMoeLayer::rank() const { return impl_->rank; }
 int ParallelMoeLayer::ranks() const { return impl_->ranks; }
 ParallelMode ParallelMoeLayer::mode() const { return impl_->mode; }
 MoeLayer& ParallelMoeLayer::local() { return *impl_->layer; }
+int64_t ParallelMoeLayer::alltoall_capacity() const { return impl_->capacity; }
 
 void ParallelMoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits,
                                int64_t tokens, __nv_bfloat16* out) {
   FP4MOE_CHECK(tokens >= 0 && tokens <= impl_->max_tokens,
                "ParallelMoeLayer::forward: tokens = " << tokens << " is outside 0..max_tokens = " << impl_->max_tokens);
   FP4MOE_CHECK(hidden && router_logits && out, "ParallelMoeLayer::forward: a device pointer is null");
-  if (impl_->mode == ParallelMode::expert_allgather) forward_expert_allgather(stream, hidden, router_logits, tokens, out);
-  else forward_tensor(stream, hidden, router_logits, tokens, out);
+  switch (impl_->mode) {
+    case ParallelMode::expert_allgather: return forward_expert_allgather(stream, hidden, router_logits, tokens, out);
+    case ParallelMode::expert_alltoall: return forward_expert_alltoall(stream, hidden, router_logits, tokens, out);
+    case ParallelMode::tensor: return forward_tensor(stream, hidden, router_logits, tokens, out);
+  }
 }
 
 // Finalize in its fp32-sums mode: out = bf16(sums + shared) over T rows.
@@ -118,30 +150,142 @@ void ParallelMoeLayer::forward_expert_allgather(cudaStream_t s, const __nv_bfloa
   FP4MOE_NCCL_CHECK(ncclAllGather(p.weights_send.get(), p.weights_all.get(), size_t(Tm * k), ncclFloat32, p.comm, s));
   FP4MOE_NCCL_CHECK(ncclGroupEnd());
   // 3. This rank's experts over every rank's rows (one rank: exactly the single-GPU launches).
-  const int64_t rows = G == 1 ? T : G * Tm, P = rows * k;
-  if (rows > 0) {
-    m.permute(s, p.ids_all.get(), rows, T);  // the shared expert's offsets: this rank's T tokens
-    const ForwardPlan& plan = m.forward_plan(G == 1 ? T : std::min(G * T, G * Tm));
-    using kernels::DecodeEpilogue;
-    m.launch_gemm(plan.gemm1, m.routed->w13, p.hidden_all.get(), m.permuted_token.get(), P, m.offsets.get(),
-                  DecodeEpilogue::swiglu, m.a2.get(), s);
-    m.launch_gemm(plan.gemm2, m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), DecodeEpilogue::store, m.y2.get(), s);
-    kernels::FinalizeArgs f;
-    f.expert_out = m.y2.get();
-    f.pair_pos = m.pair_pos.get();
-    f.topk_weights = p.weights_all.get();
-    f.tokens = rows;
-    f.hidden = H;
-    f.top_k = int(k);
-    f.out_f32 = p.partial.get();
-    kernels::launch_finalize(f, s);
-  }
-  if (G > 1 && rows < G * Tm)  // rows a rank left empty still take part in the reduce-scatter
-    FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.partial.get() + rows * H, 0, size_t((G * Tm - rows) * H) * 4, s));
+  const int64_t rows = G == 1 ? T : G * Tm;
+  experts_over_rows(s, p.hidden_all.get(), p.ids_all.get(), p.weights_all.get(), rows,
+                    G == 1 ? T : std::min(G * T, G * Tm), T, p.partial.get());
   // 4. Each rank's own rows, summed over the ranks.
   FP4MOE_NCCL_CHECK(ncclReduceScatter(p.partial.get(), p.reduced.get(), size_t(Tm * H), ncclFloat32, ncclSum, p.comm, s));
-  if (T == 0) return;
   // 5. The shared expert on this rank's tokens, then out = bf16(sums + shared).
+  add_shared_and_round(s, hidden, p.reduced.get(), T, out);
+}
+
+void ParallelMoeLayer::forward_expert_alltoall(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits,
+                                               int64_t T, __nv_bfloat16* out) {
+  Impl& p = *impl_;
+  MoeLayer::Impl& m = inner(*p.layer);
+  const int64_t G = p.ranks, C = p.capacity, H = m.cfg.hidden, k = m.cfg.top_k;
+  // 1. Route this rank's tokens; give each the next slot of every rank one of its pairs goes to.
+  if (T > 0) m.route(s, logits, T);
+  kernels::ExpertDispatchArgs d;
+  d.hidden = hidden;
+  d.topk_ids = m.topk_ids.get();
+  d.topk_weights = m.topk_weights.get();
+  d.tokens = T;
+  d.hidden_size = H;
+  d.top_k = int(k);
+  d.ranks = int(G);
+  d.self = p.rank;
+  d.experts_per_rank = int(m.cfg.num_experts / G);
+  d.capacity = C;
+  d.send_hidden = p.hidden_send.get();
+  d.send_ids = p.ids_send.get();
+  d.send_weights = p.weights_send.get();
+  d.recv_hidden = p.hidden_all.get();
+  d.recv_ids = p.ids_all.get();
+  d.recv_weights = p.weights_all.get();
+  d.slot_of = p.slot_of.get();
+  d.status = m.status.get();
+  kernels::launch_expert_dispatch(d, s);
+  // 2. Block d to rank d, a fixed C rows each way (the counts stay on the device).
+  exchange_blocks(s, false);
+  // 3. This rank's experts over the received rows (one rank: its own T rows, slot t = token t).
+  experts_over_rows(s, p.hidden_all.get(), p.ids_all.get(), p.weights_all.get(), G == 1 ? T : G * C,
+                    G == 1 ? T : std::min(G * T, G * C), T, p.partial.get());
+  // 4. Each block's partial rows back to the rank that sent it; the sum over ranks in rank order.
+  exchange_blocks(s, true);
+  kernels::ExpertCombineArgs c;
+  c.returned = p.returned.get();
+  c.own = p.partial.get() + p.rank * C * H;
+  c.slot_of = p.slot_of.get();
+  c.tokens = T;
+  c.hidden_size = H;
+  c.capacity = C;
+  c.ranks = int(G);
+  c.self = p.rank;
+  c.out = p.reduced.get();
+  kernels::launch_expert_combine(c, s);
+  // 5. The shared expert on this rank's tokens, then out = bf16(sums + shared).
+  add_shared_and_round(s, hidden, p.reduced.get(), T, out);
+}
+
+// All-to-all of fixed blocks of C rows: the dispatched rows, ids and weights
+// out, or the fp32 partial rows back.
+void ParallelMoeLayer::exchange_blocks(cudaStream_t s, bool partial_rows) {
+  Impl& p = *impl_;
+  const int64_t G = p.ranks, C = p.capacity, H = p.layer->config().hidden, k = p.layer->config().top_k;
+  if (G == 1) return;
+  const auto exchange = [&](auto* send, auto* recv, int64_t width, ncclDataType_t type) {
+    for (int peer = 0; peer < G; ++peer) {
+      if (peer == p.rank) continue;
+      FP4MOE_NCCL_CHECK(ncclSend(send + peer * C * width, size_t(C * width), type, peer, p.comm, s));
+      FP4MOE_NCCL_CHECK(ncclRecv(recv + peer * C * width, size_t(C * width), type, peer, p.comm, s));
+    }
+  };
+  FP4MOE_NCCL_CHECK(ncclGroupStart());
+  if (partial_rows) {
+    exchange(p.partial.get(), p.returned.get(), H, ncclFloat32);
+  } else {
+    exchange(p.hidden_send.get(), p.hidden_all.get(), H, ncclBfloat16);
+    exchange(p.ids_send.get(), p.ids_all.get(), k, ncclInt32);
+    exchange(p.weights_send.get(), p.weights_all.get(), k, ncclFloat32);
+  }
+  FP4MOE_NCCL_CHECK(ncclGroupEnd());
+}
+
+void ParallelMoeLayer::communicate(cudaStream_t s, int64_t T) {
+  Impl& p = *impl_;
+  FP4MOE_CHECK(T >= 0 && T <= p.max_tokens, "ParallelMoeLayer::communicate: tokens = " << T
+                                                 << " is outside 0..max_tokens = " << p.max_tokens);
+  const int64_t Tm = p.max_tokens, H = p.layer->config().hidden, k = p.layer->config().top_k;
+  switch (p.mode) {
+    case ParallelMode::expert_allgather:
+      FP4MOE_NCCL_CHECK(ncclGroupStart());
+      FP4MOE_NCCL_CHECK(ncclAllGather(p.hidden_send.get(), p.hidden_all.get(), size_t(Tm * H), ncclBfloat16, p.comm, s));
+      FP4MOE_NCCL_CHECK(ncclAllGather(p.ids_send.get(), p.ids_all.get(), size_t(Tm * k), ncclInt32, p.comm, s));
+      FP4MOE_NCCL_CHECK(ncclAllGather(p.weights_send.get(), p.weights_all.get(), size_t(Tm * k), ncclFloat32, p.comm, s));
+      FP4MOE_NCCL_CHECK(ncclGroupEnd());
+      FP4MOE_NCCL_CHECK(ncclReduceScatter(p.partial.get(), p.reduced.get(), size_t(Tm * H), ncclFloat32, ncclSum, p.comm, s));
+      return;
+    case ParallelMode::expert_alltoall:
+      exchange_blocks(s, false);
+      exchange_blocks(s, true);
+      return;
+    case ParallelMode::tensor:
+      FP4MOE_NCCL_CHECK(ncclAllReduce(p.partial.get(), p.partial.get(), size_t(T * H), ncclFloat32, ncclSum, p.comm, s));
+      return;
+  }
+}
+
+// The rank's experts over `rows` rows (hidden, ids, weights), each row's pairs
+// summed in slot order into fp32 `partial` (the split finalize). The tiles are
+// those of `plan_tokens` tokens; the shared expert's offsets cover own_tokens.
+void ParallelMoeLayer::experts_over_rows(cudaStream_t s, const __nv_bfloat16* rows_hidden, const int32_t* rows_ids,
+                                         const float* rows_weights, int64_t rows, int64_t plan_tokens,
+                                         int64_t own_tokens, float* partial) {
+  MoeLayer::Impl& m = inner(*impl_->layer);
+  if (rows == 0) return;
+  const int64_t P = rows * m.cfg.top_k;
+  m.permute(s, rows_ids, rows, own_tokens);
+  const ForwardPlan& plan = m.forward_plan(plan_tokens);
+  using kernels::DecodeEpilogue;
+  m.launch_gemm(plan.gemm1, m.routed->w13, rows_hidden, m.permuted_token.get(), P, m.offsets.get(),
+                DecodeEpilogue::swiglu, m.a2.get(), s);
+  m.launch_gemm(plan.gemm2, m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), DecodeEpilogue::store, m.y2.get(), s);
+  kernels::FinalizeArgs f;
+  f.expert_out = m.y2.get();
+  f.pair_pos = m.pair_pos.get();
+  f.topk_weights = rows_weights;
+  f.tokens = rows;
+  f.hidden = m.cfg.hidden;
+  f.top_k = int(m.cfg.top_k);
+  f.out_f32 = partial;
+  kernels::launch_finalize(f, s);
+}
+
+void ParallelMoeLayer::add_shared_and_round(cudaStream_t s, const __nv_bfloat16* hidden, const float* sums, int64_t T,
+                                            __nv_bfloat16* out) {
+  MoeLayer::Impl& m = inner(*impl_->layer);
+  if (T == 0) return;
   const __nv_bfloat16* shared = nullptr;
   if (m.shared) {
     const ForwardPlan& own = m.forward_plan(T);
@@ -151,7 +295,7 @@ void ParallelMoeLayer::forward_expert_allgather(cudaStream_t s, const __nv_bfloa
                   kernels::DecodeEpilogue::store, m.shared_y.get(), s);
     shared = m.shared_y.get();
   }
-  round_sums(p.reduced.get(), shared, T, H, int(k), out, s);
+  round_sums(sums, shared, T, m.cfg.hidden, int(m.cfg.top_k), out, s);
 }
 
 void ParallelMoeLayer::forward_tensor(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,

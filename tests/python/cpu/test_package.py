@@ -167,3 +167,22 @@ def test_gpu_layer_without_a_gpu_says_so():
     t = random_layer(cfg, np.random.default_rng(3))
     with pytest.raises(ValueError, match="w13: expected a CUDA tensor"):
         fp4moe.MoeLayer.from_tensors(cfg, *t)
+
+
+def test_parallel_layer_arguments_are_named_without_a_gpu():
+    cfg = fp4moe.preset("glm5-small")  # E = 32, I = 128
+    uid = fp4moe.nccl_unique_id()
+    assert isinstance(uid, bytes) and len(uid) == 128
+    cases = [
+        (dict(mode="ep", rank=0, ranks=1, unique_id=uid), "mode: 'ep'"),
+        (dict(mode="tp"), "group="),
+        (dict(mode="tp", rank=0, ranks=1), "unique_id"),
+        (dict(mode="tp", rank=0, ranks=1, unique_id=b"short"), "unique_id: 5 bytes"),
+        (dict(mode="tp", rank=2, ranks=2, unique_id=uid), "rank 2 of 2"),
+        (dict(mode="allgather", rank=0, ranks=3, unique_id=uid), "E = 32 experts do not divide among 3 ranks"),
+        (dict(mode="tp", rank=0, ranks=2, unique_id=uid), "the expert width I = 128 over 2 ranks"),
+    ]
+    for kwargs, needle in cases:
+        with pytest.raises(ValueError) as e:
+            fp4moe.ParallelMoeLayer.random(cfg, **kwargs)
+        assert needle in str(e.value), (kwargs, str(e.value))

@@ -1,7 +1,8 @@
 """fp4moe behind transformers' GLM-5 and DeepSeek-V3 MoE blocks: the module's own
 router and shared experts, its experts quantized to NVFP4 (the module keeps the
 dequantized values), the output within 3e-3 of the module's own; and a whole
-small model's forward."""
+small model's forward, in which every MoE block's output is compared with the
+module's on the same input (within 3e-3), and the logits with the model's."""
 
 import copy
 import json
@@ -50,6 +51,44 @@ def rel(a, b):
     return float((a.float() - b.float()).norm() / b.float().norm())
 
 
+def forward_comparing_blocks(model, reference, ids):
+    """model(ids).logits, and for every MoE block of `model` (fp4moe experts) met
+    in that forward, its output's error against `reference`'s same block (the
+    dequantized weights) on the same input, the reference's experts reading it
+    as fp4moe's do: rounded to bf16, fp4moe's activation format (its router and
+    shared experts read it unrounded in both). The error against experts that
+    read the unrounded fp32 input is printed beside: it adds that rounding."""
+    errors = []
+    ref_blocks = fmt.moe_blocks(reference)
+
+    def round_input(module, args, kwargs):
+        r = lambda t: t.to(torch.bfloat16).to(t.dtype)  # noqa: E731
+        if args:
+            return (r(args[0]),) + tuple(args[1:]), kwargs
+        return args, dict(kwargs, hidden_states=r(kwargs["hidden_states"]))
+
+    def hook(i):
+        def compare(module, args, kwargs, out):
+            x = args[0] if args else kwargs["hidden_states"]
+            pre = ref_blocks[i].experts.register_forward_pre_hook(round_input, with_kwargs=True)
+            try:
+                want = ref_blocks[i](x)
+            finally:
+                pre.remove()
+            errors.append(rel(out, want))
+            print(f"  MoE block {i}: {errors[-1]:.2e} (experts on the unrounded fp32 input: {rel(out, ref_blocks[i](x)):.2e})")
+        return compare
+
+    handles = [b.register_forward_hook(hook(i), with_kwargs=True) for i, b in enumerate(fmt.moe_blocks(model))]
+    try:
+        logits = model(ids).logits
+    finally:
+        for h in handles:
+            h.remove()
+    assert len(errors) == len(ref_blocks), "every MoE block ran once"
+    return logits, errors
+
+
 @pytest.mark.parametrize("kind", ["glm_moe_dsa", "deepseek_v3"])
 def test_block_and_whole_model(kind):
     """The reference is the module itself in fp32 holding the dequantized weights
@@ -62,27 +101,30 @@ def test_block_and_whole_model(kind):
     x = torch.randn(2, 24, model.config.hidden_size, device="cuda").to(torch.bfloat16).float()
     ids = torch.randint(0, model.config.vocab_size, (2, 24), device="cuda")
     with torch.no_grad():
-        # quantize in place first (the module keeps the dequantized weights), then compare module and fp4moe
+        # quantize in place first (the module keeps the dequantized weights): the reference is a copy of
+        # the model holding the module's own experts, the model under test holds fp4moe's
         original = [b.experts for b in blocks]
         fmt.use_fp4moe(model, max_tokens=64)
         fp4 = [b.experts for b in blocks]
         for b, o in zip(blocks, original):
-            b.experts = o  # the module with the dequantized weights: the reference
-        want_block = blocks[0](x)
-        want_model = model(ids).logits
-        routing = blocks[0].gate(x.view(-1, x.shape[-1]))
-        bf16_logits = copy.deepcopy(model).to(torch.bfloat16)(ids).logits.float()
+            b.experts = o
+        reference = copy.deepcopy(model)
         for b, f in zip(blocks, fp4):
             b.experts = f
+        want_block = fmt.moe_blocks(reference)[0](x)
+        routing = blocks[0].gate(x.view(-1, x.shape[-1]))
         got_block = blocks[0](x)
-        got_model = model(ids).logits
+        want_model = reference(ids).logits
+        bf16_logits = copy.deepcopy(reference).to(torch.bfloat16)(ids).logits.float()
+        got_model, e_inside = forward_comparing_blocks(model, reference, ids)
     torch.cuda.synchronize()
     top_ids = routing[-1] if isinstance(routing, tuple) else None
     assert top_ids is not None and top_ids.shape[-1] == model.config.num_experts_per_tok
     e_block, e_model, e_bf16 = rel(got_block, want_block), rel(got_model, want_model), rel(bf16_logits, want_model)
-    print(f"{kind}: MoE block rel err {e_block:.2e}; whole model logits rel err {e_model:.2e} "
-          f"(transformers in bf16: {e_bf16:.2e})")
+    print(f"{kind}: MoE block rel err {e_block:.2e}; inside the whole model's forward, MoE blocks "
+          f"{', '.join(f'{e:.2e}' for e in e_inside)}; logits rel err {e_model:.2e} (transformers in bf16: {e_bf16:.2e})")
     assert e_block < 3e-3
+    assert max(e_inside) < 3e-3
     assert e_model < max(3e-3, e_bf16)
 
 
@@ -137,11 +179,14 @@ def test_load_modelopt_checkpoint(kind, tmp_path):
         for got, want in zip(blocks, fmt.moe_blocks(ref)):  # every MoE block on the same input
             assert torch.equal(got.gate(x.view(-1, x.shape[-1]))[-1], want.gate(x.view(-1, x.shape[-1]))[-1])
             e_blocks.append(rel(got(x), want(x)))
-        e_model = rel(fp4(ids).logits, ref(ids).logits)
+        got_logits, e_inside = forward_comparing_blocks(fp4, ref, ids)
+        e_model = rel(got_logits, ref(ids).logits)
         e_bf16 = rel(copy.deepcopy(ref).to(torch.bfloat16)(ids).logits.float(), ref(ids).logits)
     print(f"{kind} from a ModelOpt checkpoint: MoE blocks rel err {', '.join(f'{e:.2e}' for e in e_blocks)}; "
+          f"inside the whole model's forward {', '.join(f'{e:.2e}' for e in e_inside)}; "
           f"whole model logits rel err {e_model:.2e} (transformers in bf16: {e_bf16:.2e})")
     assert max(e_blocks) < 3e-3
+    assert max(e_inside) < 3e-3
     # the whole model compounds bf16 activations through attention and routing (a
     # token near a group's boundary can change experts): within the model's own bf16 spread
     assert e_model < max(1e-2, e_bf16)
