@@ -84,14 +84,15 @@ void run_rank(const RunLayer& layer, const ParallelRequest& r, ParallelMode mode
     Point& pt = points[i];
     out.fill_bytes(0xFF);
     ref.fill_bytes(0xFF);
-    for (int w = 0; w < r.warmup_forwards; ++w) par.forward(s, hx, l.get(), T, o);
+    // every rank has T tokens: the exchanges carry T rows per rank, as an engine passes the step's count
+    for (int w = 0; w < r.warmup_forwards; ++w) par.forward(s, hx, l.get(), T, o, T);
     std::vector<double> fwd, comm_ms, one;
     for (int round = 0; round < kRounds; ++round) {
-      fwd.push_back(time_on_stream([&] { par.forward(s, hx, l.get(), T, o); }, s, 2, r.reps).median_ms);
-      comm_ms.push_back(time_on_stream([&] { par.communicate(s, T); }, s, 2, r.reps).median_ms);
+      fwd.push_back(time_on_stream([&] { par.forward(s, hx, l.get(), T, o, T); }, s, 2, r.reps).median_ms);
+      comm_ms.push_back(time_on_stream([&] { par.communicate(s, T, T); }, s, 2, r.reps).median_ms);
       one.push_back(time_on_stream([&] { single.forward(s, hx, l.get(), T, o_ref); }, s, 2, r.reps).median_ms);
     }
-    par.forward(s, hx, l.get(), T, o);  // the outputs compared: after the timings, from the same inputs
+    par.forward(s, hx, l.get(), T, o, T);  // the outputs compared: after the timings, from the same inputs
     single.forward(s, hx, l.get(), T, o_ref);
     par.check_status(s);
     single.check_status(s);
@@ -176,7 +177,7 @@ void run_parallel(const RunLayer& layer, const ParallelRequest& r, const std::ve
   if (!r.json_out.empty()) {
     const nlohmann::json report = {{"mode", r.mode}, {"dispatch", to_string(mode)}, {"ranks", r.ranks},
                                    {"gpu", devs[0].name}, {"model", describe_model(cfg)}, {"weights", layer.source},
-                                   {"reps", r.reps}, {"warmup_forwards", r.warmup_forwards},
+                                   {"reps", r.reps}, {"warmup_forwards", r.warmup_forwards}, {"rows_per_rank", "T"},
                                    {"alltoall_capacity", r.capacity}, {"points", rows}};
     io::write_file_atomically(r.json_out, report.dump(1) + "\n");
     fmt::print("\nwrote {}\n", r.json_out);

@@ -58,13 +58,18 @@ class ParallelMoeLayer {
   // This rank's tokens: hidden bf16 [T, H], router_logits fp32 [T, E], out bf16
   // [T, H], T <= max_tokens. Every rank calls it (a collective), each with its
   // own T. Allocates nothing, never synchronises.
+  // rows_per_rank: the rows each rank's block takes in this forward's
+  // exchanges, the same on every rank and at least every rank's T (an engine
+  // knows it: the step's largest, or padded, token count per rank); -1 is
+  // max_tokens. Expert modes move that many rows per rank (all-to-all: at
+  // most its capacity); the tensor mode ignores it.
   void forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
-               __nv_bfloat16* out);
+               __nv_bfloat16* out, int64_t rows_per_rank = -1);
 
   // The collectives of a forward of `tokens` tokens alone, on the layer's own
   // buffers (their contents are not meaningful after): what the communication
   // costs beside the compute. A collective like forward.
-  void communicate(cudaStream_t stream, int64_t tokens);
+  void communicate(cudaStream_t stream, int64_t tokens, int64_t rows_per_rank = -1);
 
   int rank() const;
   int ranks() const;
@@ -83,7 +88,8 @@ class ParallelMoeLayer {
                                __nv_bfloat16* out);
   void experts_over_rows(cudaStream_t s, const __nv_bfloat16* rows_hidden, const int32_t* rows_ids,
                          const float* rows_weights, int64_t rows, int64_t plan_tokens, int64_t own_tokens, float* partial);
-  void add_shared_and_round(cudaStream_t s, const __nv_bfloat16* hidden, const float* sums, int64_t T, __nv_bfloat16* out);
+  const __nv_bfloat16* shared_expert(cudaStream_t s, const __nv_bfloat16* hidden, int64_t T);
+  void set_step_rows(int64_t tokens, int64_t rows_per_rank);
   void forward_tensor(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T, __nv_bfloat16* out);
   std::unique_ptr<Impl> impl_;
 };

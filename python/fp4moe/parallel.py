@@ -103,9 +103,13 @@ class ParallelMoeLayer:
                                                       -1 if alltoall_capacity is None else int(alltoall_capacity)))
 
     def __call__(self, hidden_states: Any, router_logits: Any, *, out: Any = None,
-                 stream: Optional[int] = None) -> Any:
+                 rows_per_rank: Optional[int] = None, stream: Optional[int] = None) -> Any:
         """This rank's tokens: hidden_states bf16 [T, H], router_logits fp32 [T, E] -> bf16 [T, H]
-        (``out`` written in place when given). A collective: every rank calls it, each with its own T."""
+        (``out`` written in place when given). A collective: every rank calls it, each with its own T.
+
+        ``rows_per_rank``: the rows each rank's block takes in this step's exchanges, the same on
+        every rank and at least every rank's T (the step's largest or padded token count per rank,
+        as an engine's data-parallel metadata gives it); None moves max_tokens rows per rank."""
         if out is None:
             if not _is_torch(hidden_states):
                 raise ValueError("out: required unless hidden_states is a torch tensor")
@@ -113,7 +117,8 @@ class ParallelMoeLayer:
 
             out = torch.empty_like(hidden_states)
         s = _current_stream(hidden_states) if stream is None else int(stream)
-        _native.fn("parallel_forward")(self._native, hidden_states, router_logits, out, s)
+        _native.fn("parallel_forward")(self._native, hidden_states, router_logits, out,
+                                       -1 if rows_per_rank is None else int(rows_per_rank), s)
         return out
 
     forward = __call__

@@ -106,7 +106,8 @@ ParallelLayer from_random(const String& config, const String& format, int64_t se
   });
 }
 
-void forward(ParallelLayer layer, TensorView hidden, TensorView logits, TensorView out, int64_t stream) {
+void forward(ParallelLayer layer, TensorView hidden, TensorView logits, TensorView out, int64_t rows_per_rank,
+             int64_t stream) {
   guarded([&] {
     const ParallelLayerObj& l = *layer.get();
     const MoeConfig& c = l.layer->local().config();
@@ -118,7 +119,7 @@ void forward(ParallelLayer layer, TensorView hidden, TensorView logits, TensorVi
     FP4MOE_CHECK(data<void>(out) != data<void>(hidden), "out: must not be hidden_states itself");
     const cudaStream_t s = stream >= 0 ? reinterpret_cast<cudaStream_t>(stream)
                                        : static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, l.device));
-    l.layer->forward(s, data<__nv_bfloat16>(hidden), data<float>(logits), T, data<__nv_bfloat16>(out));
+    l.layer->forward(s, data<__nv_bfloat16>(hidden), data<float>(logits), T, data<__nv_bfloat16>(out), rows_per_rank);
   });
 }
 

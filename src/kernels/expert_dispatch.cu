@@ -90,7 +90,8 @@ __global__ void __launch_bounds__(256) copy_rows_kernel(const ExpertDispatchArgs
 }
 
 // The sum over ranks in rank order, starting from the first present term (so
-// that one rank's sums pass through unchanged, signs of zero included).
+// that one rank's sums pass through unchanged, signs of zero included), plus
+// the shared expert, rounded once: the single-GPU finalize's last operations.
 __global__ void combine_kernel(const ExpertCombineArgs a) {
   const int64_t groups = a.hidden_size / 4;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -107,7 +108,15 @@ __global__ void combine_kernel(const ExpertCombineArgs a) {
     if (first) acc = v, first = false;
     else acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
   }
-  *reinterpret_cast<float4*>(a.out + t * a.hidden_size + h) = acc;
+  if (a.shared) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(a.shared + t * a.hidden_size + h);
+    const float2 s01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+    const float2 s23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+    acc.x = __fmaf_rn(1.f, s01.x, acc.x), acc.y = __fmaf_rn(1.f, s01.y, acc.y);
+    acc.z = __fmaf_rn(1.f, s23.x, acc.z), acc.w = __fmaf_rn(1.f, s23.y, acc.w);
+  }
+  __nv_bfloat162 o[2] = {__floats2bfloat162_rn(acc.x, acc.y), __floats2bfloat162_rn(acc.z, acc.w)};
+  *reinterpret_cast<uint2*>(a.out + t * a.hidden_size + h) = *reinterpret_cast<const uint2*>(o);
 }
 
 }  // namespace

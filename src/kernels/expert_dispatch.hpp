@@ -36,12 +36,13 @@ struct ExpertDispatchArgs {
 void launch_expert_dispatch(const ExpertDispatchArgs& a, cudaStream_t stream);
 
 struct ExpertCombineArgs {
-  const float* returned = nullptr;   // [G, C, H] fp32 partial rows back from each rank (block self unused)
-  const float* own = nullptr;        // [C, H] this rank's partial rows for its own tokens
-  const int32_t* slot_of = nullptr;  // [T, G] from the dispatch
+  const float* returned = nullptr;          // [G, C, H] fp32 partial rows back from each rank (block self unused)
+  const float* own = nullptr;               // [C, H] this rank's partial rows for its own tokens
+  const int32_t* slot_of = nullptr;         // [T, G] from the dispatch
+  const __nv_bfloat16* shared = nullptr;    // [T, H] the shared expert's output, or null
   int64_t tokens = 0, hidden_size = 0, capacity = 0;
   int ranks = 0, self = 0;
-  float* out = nullptr;              // [T, H]: the sum over ranks d = 0..G-1, in that order
+  __nv_bfloat16* out = nullptr;             // [T, H]: bf16(the sum over ranks d = 0..G-1 in that order, + shared)
 };
 void launch_expert_combine(const ExpertCombineArgs& a, cudaStream_t stream);
 

@@ -102,6 +102,8 @@ struct MoeLayer::Impl {
   int64_t active_experts(int64_t tokens) const { return std::min<int64_t>(routed->w13.experts, tokens * cfg.top_k); }
 
   const ForwardPlan& forward_plan(int64_t tokens) {
+    FP4MOE_CHECK(tokens >= 0 && tokens < int64_t(forward_plans.size()),
+                 "forward plan for " << tokens << " tokens: the layer holds plans for 0.." << forward_plans.size() - 1);
     std::optional<ForwardPlan>& p = forward_plans[size_t(tokens)];
     if (!p) {
       using kernels::DecodeEpilogue;

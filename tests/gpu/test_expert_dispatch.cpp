@@ -146,17 +146,20 @@ TEST(GpuExpertDispatch, CombineSumsTheRanksInOrder) {
   std::vector<float> returned(size_t(G * C * H)), own(size_t(C * H));
   for (float& v : returned) v = nd(rng);
   for (float& v : own) v = nd(rng);
+  const test::Bf16Matrix shared = test::random_bf16(T * H, 4);
   std::vector<int32_t> slot(static_cast<size_t>(T * G));
   for (int64_t t = 0; t < T; ++t)
     for (int d = 0; d < G; ++d) slot[size_t(t * G + d)] = (t + d) % 3 == 0 ? -1 : int32_t((t * 7 + d) % C);
-  DeviceBuffer<float> r(returned), o(own), out(static_cast<size_t>(T * H));
+  DeviceBuffer<float> r(returned), o(own);
+  DeviceBuffer<uint16_t> sh(shared.bits), out(static_cast<size_t>(T * H));
   DeviceBuffer<int32_t> s(slot);
   out.fill_bytes(0xFF);
   kernels::ExpertCombineArgs a;
   a.returned = r.get(), a.own = o.get(), a.slot_of = s.get(), a.tokens = T, a.hidden_size = H, a.capacity = C;
-  a.ranks = G, a.self = self, a.out = out.get();
+  a.ranks = G, a.self = self, a.shared = reinterpret_cast<const __nv_bfloat16*>(sh.get());
+  a.out = reinterpret_cast<__nv_bfloat16*>(out.get());
   kernels::launch_expert_combine(a, nullptr);
-  const std::vector<float> got = out.download();
+  const std::vector<uint16_t> got = out.download();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) {
       float want = 0.f;
@@ -167,7 +170,8 @@ TEST(GpuExpertDispatch, CombineSumsTheRanksInOrder) {
         const float v = d == self ? own[size_t(q * H + h)] : returned[size_t((d * C + q) * H + h)];
         want = first ? v : want + v, first = false;
       }
-      EXPECT_EQ(got[size_t(t * H + h)], want) << "t=" << t << " h=" << h;
+      want += bf16_to_float(shared.bits[size_t(t * H + h)]);
+      EXPECT_EQ(got[size_t(t * H + h)], bf16_from_float(want)) << "t=" << t << " h=" << h;
     }
 }
 

@@ -29,13 +29,13 @@ Inputs inputs(const MoeConfig& c, int64_t T, uint64_t seed) {
   return in;
 }
 
-template <class Layer>
-std::vector<uint16_t> run(Layer& layer, const MoeConfig& c, const Inputs& in, int64_t T) {
+template <class Layer, class... RowsPerRank>
+std::vector<uint16_t> run(Layer& layer, const MoeConfig& c, const Inputs& in, int64_t T, RowsPerRank... rows) {
   DeviceBuffer<uint16_t> x(in.x.bits), out(size_t(T * c.hidden));
   DeviceBuffer<float> l(in.logits);
   out.fill_bytes(0xFF);
   layer.forward(nullptr, reinterpret_cast<const __nv_bfloat16*>(x.get()), l.get(), T,
-                reinterpret_cast<__nv_bfloat16*>(out.get()));
+                reinterpret_cast<__nv_bfloat16*>(out.get()), rows...);
   layer.check_status(nullptr);
   return out.download();
 }
@@ -62,7 +62,13 @@ TEST(GpuParallelLayer, OneRankEqualsTheSingleGpuLayerBitwise) {
     EXPECT_EQ(par.ranks(), 1);
     for (int64_t T : {1, 13, 64}) {
       const Inputs in = inputs(c, T, 100 + uint64_t(T));
-      EXPECT_EQ(run(par, c, in, T), run(single, c, in, T)) << to_string(mode) << " T=" << T;
+      const std::vector<uint16_t> want = run(single, c, in, T);
+      EXPECT_EQ(run(par, c, in, T), want) << to_string(mode) << " T=" << T;
+      // the step's rows per rank as an engine passes them: T itself, and one more
+      EXPECT_EQ(run(par, c, in, T, int64_t(T)), want) << to_string(mode) << " T=" << T << " rows_per_rank=T";
+      if (T < o.max_tokens) {
+        EXPECT_EQ(run(par, c, in, T, T + 1), want) << to_string(mode) << " T=" << T;
+      }
     }
   }
   destroy_nccl_comm(comms[0]);
@@ -160,6 +166,13 @@ TEST(GpuParallelLayer, BadSetupsNameTheValue) {
     ADD_FAILURE() << "T above max_tokens was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tokens = 2000"), std::string::npos) << e.what();
+  }
+  try {
+    ok.forward(nullptr, reinterpret_cast<const __nv_bfloat16*>(x.get()), l.get(), 1,
+               reinterpret_cast<__nv_bfloat16*>(out.get()), 0);
+    ADD_FAILURE() << "rows_per_rank below the tokens was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rows_per_rank = 0"), std::string::npos) << e.what();
   }
   destroy_nccl_comm(comms[0]);
 }

@@ -27,9 +27,11 @@ struct ParallelMoeLayer::Impl {
   // expert alltoall: [G, C] rows bound for each rank, and received from each (ids/weights/hidden_*
   // above hold them), the slot of each own token at each rank, the partial rows back
   int64_t capacity = 0;
+  // this forward's rows per rank (expert allgather) or per peer block (expert alltoall)
+  int64_t step_rows = 0;
   DeviceBuffer<int32_t> slot_of;
   DeviceBuffer<float> returned;
-  // fp32 partial sums: [G rows, H] (expert modes) or [max_tokens, H] (tensor), and the reduced rows
+  // fp32 partial sums: [G rows, H] (expert modes) or [max_tokens, H] (tensor), and the reduced rows (allgather)
   DeviceBuffer<float> partial, reduced;
 };
 
@@ -79,7 +81,7 @@ ParallelMoeLayer::ParallelMoeLayer(const MoeConfig& cfg, const MoeWeights& weigh
     p.capacity = C;
     local.expert_begin = r.begin;
     local.expert_count = r.count;
-    local.max_tokens = G * C;  // every peer's block
+    local.max_tokens = std::max(G * C, T);  // every peer's block; the shared expert's own tokens
     p.layer = std::make_unique<MoeLayer>(cfg, parallel::slice_experts(weights, r), local);
     if (G > 1) {
       p.hidden_send.resize(size_t(G * C * H));
@@ -92,7 +94,6 @@ ParallelMoeLayer::ParallelMoeLayer(const MoeConfig& cfg, const MoeWeights& weigh
     p.weights_all.resize(size_t(G * C * k));
     p.slot_of.resize(size_t(T * G));
     p.partial.resize(size_t(G * C * H));
-    p.reduced.resize(size_t(T * H));
   } else {
     p.layer = std::make_unique<MoeLayer>(parallel::tp_config(cfg, p.ranks),
                                          parallel::slice_intermediate(cfg, weights, p.rank, p.ranks), local);
@@ -108,10 +109,20 @@ ParallelMode ParallelMoeLayer::mode() const { return impl_->mode; }
 MoeLayer& ParallelMoeLayer::local() { return *impl_->layer; }
 int64_t ParallelMoeLayer::alltoall_capacity() const { return impl_->capacity; }
 
+void ParallelMoeLayer::set_step_rows(int64_t tokens, int64_t rows_per_rank) {
+  Impl& p = *impl_;
+  FP4MOE_CHECK(tokens >= 0 && tokens <= p.max_tokens,
+               "ParallelMoeLayer::forward: tokens = " << tokens << " is outside 0..max_tokens = " << p.max_tokens);
+  const int64_t R = rows_per_rank < 0 ? p.max_tokens : rows_per_rank;
+  FP4MOE_CHECK(R >= tokens && R <= p.max_tokens, "ParallelMoeLayer::forward: rows_per_rank = "
+                                                     << rows_per_rank << " must lie in tokens = " << tokens
+                                                     << " .. max_tokens = " << p.max_tokens << " (or be -1)");
+  p.step_rows = p.mode == ParallelMode::expert_alltoall ? std::min(R, p.capacity) : R;
+}
+
 void ParallelMoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits,
-                               int64_t tokens, __nv_bfloat16* out) {
-  FP4MOE_CHECK(tokens >= 0 && tokens <= impl_->max_tokens,
-               "ParallelMoeLayer::forward: tokens = " << tokens << " is outside 0..max_tokens = " << impl_->max_tokens);
+                               int64_t tokens, __nv_bfloat16* out, int64_t rows_per_rank) {
+  set_step_rows(tokens, rows_per_rank);
   FP4MOE_CHECK(hidden && router_logits && out, "ParallelMoeLayer::forward: a device pointer is null");
   switch (impl_->mode) {
     case ParallelMode::expert_allgather: return forward_expert_allgather(stream, hidden, router_logits, tokens, out);
@@ -137,8 +148,8 @@ void ParallelMoeLayer::forward_expert_allgather(cudaStream_t s, const __nv_bfloa
                                                 int64_t T, __nv_bfloat16* out) {
   Impl& p = *impl_;
   MoeLayer::Impl& m = inner(*p.layer);
-  const int64_t G = p.ranks, Tm = p.max_tokens, H = m.cfg.hidden, k = m.cfg.top_k;
-  // 1. Route this rank's tokens straight into the send buffers; pad its rows to max_tokens (ids -1: no expert).
+  const int64_t G = p.ranks, Tm = p.step_rows, H = m.cfg.hidden, k = m.cfg.top_k;
+  // 1. Route this rank's tokens straight into the send buffers; pad its rows to the step's (ids -1: no expert).
   if (T > 0) m.route(s, logits, T, p.ids_send.get(), p.weights_send.get());
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(p.hidden_send.get(), hidden, size_t(T * H) * 2, cudaMemcpyDeviceToDevice, s));
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.ids_send.get() + T * k, 0xFF, size_t((Tm - T) * k) * 4, s));
@@ -156,14 +167,15 @@ void ParallelMoeLayer::forward_expert_allgather(cudaStream_t s, const __nv_bfloa
   // 4. Each rank's own rows, summed over the ranks.
   FP4MOE_NCCL_CHECK(ncclReduceScatter(p.partial.get(), p.reduced.get(), size_t(Tm * H), ncclFloat32, ncclSum, p.comm, s));
   // 5. The shared expert on this rank's tokens, then out = bf16(sums + shared).
-  add_shared_and_round(s, hidden, p.reduced.get(), T, out);
+  if (T == 0) return;
+  round_sums(p.reduced.get(), shared_expert(s, hidden, T), T, H, int(k), out, s);
 }
 
 void ParallelMoeLayer::forward_expert_alltoall(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits,
                                                int64_t T, __nv_bfloat16* out) {
   Impl& p = *impl_;
   MoeLayer::Impl& m = inner(*p.layer);
-  const int64_t G = p.ranks, C = p.capacity, H = m.cfg.hidden, k = m.cfg.top_k;
+  const int64_t G = p.ranks, C = p.step_rows, H = m.cfg.hidden, k = m.cfg.top_k;
   // 1. Route this rank's tokens; give each the next slot of every rank one of its pairs goes to.
   if (T > 0) m.route(s, logits, T);
   kernels::ExpertDispatchArgs d;
@@ -188,31 +200,33 @@ void ParallelMoeLayer::forward_expert_alltoall(cudaStream_t s, const __nv_bfloat
   kernels::launch_expert_dispatch(d, s);
   // 2. Block d to rank d, a fixed C rows each way (the counts stay on the device).
   exchange_blocks(s, false);
-  // 3. This rank's experts over the received rows (one rank: its own T rows, slot t = token t).
-  experts_over_rows(s, p.hidden_all.get(), p.ids_all.get(), p.weights_all.get(), G == 1 ? T : G * C,
-                    G == 1 ? T : std::min(G * T, G * C), T, p.partial.get());
-  // 4. Each block's partial rows back to the rank that sent it; the sum over ranks in rank order.
+  // 3. This rank's experts over the received rows (one rank: slot t is token t, up to C of them;
+  //    several: every peer's block).
+  const int64_t rows = G == 1 ? std::min(T, C) : G * C;
+  experts_over_rows(s, p.hidden_all.get(), p.ids_all.get(), p.weights_all.get(), rows,
+                    G == 1 ? rows : std::min(G * T, G * C), T, p.partial.get());
+  // 4. Each block's partial rows back to the rank that sent it.
   exchange_blocks(s, true);
+  // 5. The sums over the ranks in rank order, the shared expert on this rank's tokens, rounded once.
   kernels::ExpertCombineArgs c;
   c.returned = p.returned.get();
   c.own = p.partial.get() + p.rank * C * H;
   c.slot_of = p.slot_of.get();
+  c.shared = T > 0 ? shared_expert(s, hidden, T) : nullptr;
   c.tokens = T;
   c.hidden_size = H;
   c.capacity = C;
   c.ranks = int(G);
   c.self = p.rank;
-  c.out = p.reduced.get();
+  c.out = out;
   kernels::launch_expert_combine(c, s);
-  // 5. The shared expert on this rank's tokens, then out = bf16(sums + shared).
-  add_shared_and_round(s, hidden, p.reduced.get(), T, out);
 }
 
 // All-to-all of fixed blocks of C rows: the dispatched rows, ids and weights
 // out, or the fp32 partial rows back.
 void ParallelMoeLayer::exchange_blocks(cudaStream_t s, bool partial_rows) {
   Impl& p = *impl_;
-  const int64_t G = p.ranks, C = p.capacity, H = p.layer->config().hidden, k = p.layer->config().top_k;
+  const int64_t G = p.ranks, C = p.step_rows, H = p.layer->config().hidden, k = p.layer->config().top_k;
   if (G == 1) return;
   const auto exchange = [&](auto* send, auto* recv, int64_t width, ncclDataType_t type) {
     for (int peer = 0; peer < G; ++peer) {
@@ -232,11 +246,10 @@ void ParallelMoeLayer::exchange_blocks(cudaStream_t s, bool partial_rows) {
   FP4MOE_NCCL_CHECK(ncclGroupEnd());
 }
 
-void ParallelMoeLayer::communicate(cudaStream_t s, int64_t T) {
+void ParallelMoeLayer::communicate(cudaStream_t s, int64_t T, int64_t rows_per_rank) {
   Impl& p = *impl_;
-  FP4MOE_CHECK(T >= 0 && T <= p.max_tokens, "ParallelMoeLayer::communicate: tokens = " << T
-                                                 << " is outside 0..max_tokens = " << p.max_tokens);
-  const int64_t Tm = p.max_tokens, H = p.layer->config().hidden, k = p.layer->config().top_k;
+  set_step_rows(T, rows_per_rank);
+  const int64_t Tm = p.step_rows, H = p.layer->config().hidden, k = p.layer->config().top_k;
   switch (p.mode) {
     case ParallelMode::expert_allgather:
       FP4MOE_NCCL_CHECK(ncclGroupStart());
@@ -282,10 +295,9 @@ void ParallelMoeLayer::experts_over_rows(cudaStream_t s, const __nv_bfloat16* ro
   kernels::launch_finalize(f, s);
 }
 
-void ParallelMoeLayer::add_shared_and_round(cudaStream_t s, const __nv_bfloat16* hidden, const float* sums, int64_t T,
-                                            __nv_bfloat16* out) {
+// The shared expert over this rank's T tokens (T > 0), or null without one.
+const __nv_bfloat16* ParallelMoeLayer::shared_expert(cudaStream_t s, const __nv_bfloat16* hidden, int64_t T) {
   MoeLayer::Impl& m = inner(*impl_->layer);
-  if (T == 0) return;
   const __nv_bfloat16* shared = nullptr;
   if (m.shared) {
     const ForwardPlan& own = m.forward_plan(T);
@@ -295,7 +307,7 @@ void ParallelMoeLayer::add_shared_and_round(cudaStream_t s, const __nv_bfloat16*
                   kernels::DecodeEpilogue::store, m.shared_y.get(), s);
     shared = m.shared_y.get();
   }
-  round_sums(sums, shared, T, m.cfg.hidden, int(m.cfg.top_k), out, s);
+  return shared;
 }
 
 void ParallelMoeLayer::forward_tensor(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,

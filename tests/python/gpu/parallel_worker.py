@@ -46,14 +46,15 @@ def main():
             g = torch.Generator(device=dev).manual_seed(T if mode == "tp" else 1000 * rank + T)
             x = torch.randn(t, cfg["hidden"], device=dev, generator=g).to(torch.bfloat16)
             logits = torch.randn(t, cfg["num_experts"], device=dev, generator=g)
-            got = layer(x, logits)
             want = single(x, logits)
-            layer.check_status()
-            if ranks == 1:
-                expect(torch.equal(got, want), f"{mode} T={t}: bitwise the single-GPU layer")
-            else:
-                e = rel(got, want)
-                expect(e < 1e-3, f"{mode} T={t}: {e:.2e} from the single-GPU layer")
+            # max_tokens rows per rank, and the step's (T: at least every rank's count) as an engine passes it
+            for rows, got in (("max_tokens", layer(x, logits)), (f"{T}", layer(x, logits, rows_per_rank=T))):
+                layer.check_status()
+                if ranks == 1:
+                    expect(torch.equal(got, want), f"{mode} T={t} rows_per_rank={rows}: bitwise the single-GPU layer")
+                else:
+                    e = rel(got, want)
+                    expect(e < 1e-3, f"{mode} T={t} rows_per_rank={rows}: {e:.2e} from the single-GPU layer")
         # the CUDA-graph captured forward replays what eager computes
         x = torch.randn(48, cfg["hidden"], device=dev, generator=gen).to(torch.bfloat16)
         logits = torch.randn(48, cfg["num_experts"], device=dev, generator=gen)

@@ -51,8 +51,8 @@ def rel(a, b):
     return float((a.float() - b.float()).norm() / b.float().norm())
 
 
-def forward_comparing_blocks(model, reference, ids):
-    """model(ids).logits, and for every MoE block of `model` (fp4moe experts) met
+def forward_comparing_blocks(model, blocks, reference, ids):
+    """model(ids).logits, and for every MoE block of `model` (`blocks`, fp4moe experts) met
     in that forward, its output's error against `reference`'s same block (the
     dequantized weights) on the same input, the reference's experts reading it
     as fp4moe's do: rounded to bf16, fp4moe's activation format (its router and
@@ -79,7 +79,8 @@ def forward_comparing_blocks(model, reference, ids):
             print(f"  MoE block {i}: {errors[-1]:.2e} (experts on the unrounded fp32 input: {rel(out, ref_blocks[i](x)):.2e})")
         return compare
 
-    handles = [b.register_forward_hook(hook(i), with_kwargs=True) for i, b in enumerate(fmt.moe_blocks(model))]
+    assert len(blocks) == len(ref_blocks)
+    handles = [b.register_forward_hook(hook(i), with_kwargs=True) for i, b in enumerate(blocks)]
     try:
         logits = model(ids).logits
     finally:
@@ -116,7 +117,7 @@ def test_block_and_whole_model(kind):
         got_block = blocks[0](x)
         want_model = reference(ids).logits
         bf16_logits = copy.deepcopy(reference).to(torch.bfloat16)(ids).logits.float()
-        got_model, e_inside = forward_comparing_blocks(model, reference, ids)
+        got_model, e_inside = forward_comparing_blocks(model, blocks, reference, ids)
     torch.cuda.synchronize()
     top_ids = routing[-1] if isinstance(routing, tuple) else None
     assert top_ids is not None and top_ids.shape[-1] == model.config.num_experts_per_tok
@@ -179,7 +180,7 @@ def test_load_modelopt_checkpoint(kind, tmp_path):
         for got, want in zip(blocks, fmt.moe_blocks(ref)):  # every MoE block on the same input
             assert torch.equal(got.gate(x.view(-1, x.shape[-1]))[-1], want.gate(x.view(-1, x.shape[-1]))[-1])
             e_blocks.append(rel(got(x), want(x)))
-        got_logits, e_inside = forward_comparing_blocks(fp4, ref, ids)
+        got_logits, e_inside = forward_comparing_blocks(fp4, blocks, ref, ids)
         e_model = rel(got_logits, ref(ids).logits)
         e_bf16 = rel(copy.deepcopy(ref).to(torch.bfloat16)(ids).logits.float(), ref(ids).logits)
     print(f"{kind} from a ModelOpt checkpoint: MoE blocks rel err {', '.join(f'{e:.2e}' for e in e_blocks)}; "
