@@ -6,7 +6,7 @@ Benchmark tool only: PyTorch is never part of fp4moe.
 
   --layer-in F : the JSON of `fp4moe bench` (adds torch_ms / speedup_vs_torch to
                  each GEMM and to the layer), written to --out.
-  --in F       : the JSON of bench_decode_gemm (one GEMM per case); prints a table.
+  --in F       : the JSON of bench_grouped_gemm (one GEMM per case); prints a table.
 """
 import argparse
 import json
@@ -51,7 +51,7 @@ def timed(torch, fn, reps, graph=False):
 
 def grouped_mm_ms(torch, w, counts, k, reps, rotation=None):
     """torch._grouped_mm per launch; with `rotation` (a list of count vectors,
-    bench_decode_gemm --rotate) one launch per routing, back to back in one graph."""
+    bench_grouped_gemm --rotate) one launch per routing, back to back in one graph."""
     dev = w.device
     routings = rotation or [counts]
     offs = [torch.cumsum(torch.tensor(c, dtype=torch.int32), 0).to(torch.int32).to(dev) for c in routings]
@@ -160,7 +160,7 @@ def gemm_table(rep):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--in", dest="inp", help="bench_decode_gemm JSON")
+    ap.add_argument("--in", dest="inp", help="bench_grouped_gemm JSON")
     ap.add_argument("--layer-in", help="fp4moe bench JSON")
     ap.add_argument("--out", required=True)
     ap.add_argument("--table", default=None)

@@ -1,4 +1,4 @@
-"""Per case of a bench_decode_gemm JSON: the fastest tile overall and of each kernel family.
+"""Per case of a bench_grouped_gemm JSON: the fastest tile overall and of each kernel family.
 
 Usage: python3 bench/tile_summary.py bench_decode.json
 """

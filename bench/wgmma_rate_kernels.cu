@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "format/decode_pack.hpp"
+#include "format/gemm_pack.hpp"
 #include "kernels/grouped_gemm_common.cuh"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/wgmma_sm90.cuh"

@@ -3,8 +3,8 @@
 # timings between runs, so compare only within a call):
 #   scripts/gpu-ab.sh DIR_A DIR_B ROUNDS PROGRAM [ARGS...]
 # runs DIR_A/PROGRAM and DIR_B/PROGRAM ROUNDS times each, alternating, and prints
-# each run's result lines (bench_decode_gemm: "T=" lines; fp4moe bench: the layer table rows).
-# Logs under $OUT/ab. Carry both binaries, e.g. build/release/bin/bench_decode_gemm and build/b/bin/bench_decode_gemm.
+# each run's result lines (bench_grouped_gemm: "T=" lines; fp4moe bench: the layer table rows).
+# Logs under $OUT/ab. Carry both binaries, e.g. build/release/bin/bench_grouped_gemm and build/b/bin/bench_grouped_gemm.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 4 ] || { echo "usage: $0 DIR_A DIR_B ROUNDS PROGRAM [ARGS...]" >&2; exit 2; }

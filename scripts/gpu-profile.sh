@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Nsight Compute on chosen GEMM launches of bench_decode_gemm (on the GPU machine):
+# Nsight Compute on chosen GEMM launches of bench_grouped_gemm (on the GPU machine):
 # warp state, scheduler, source-level stall samples. Leaves $OUT/profile.tar.gz.
 #   scripts/gpu-profile.sh NAME:GEMM:TOKENS:TILE [...]    e.g. g2t512:gemm2:512:26
 set -uo pipefail
@@ -19,7 +19,7 @@ for spec in "$@"; do
   ncu --clock-control none -k regex:grouped_gemm --launch-skip 6 --launch-count 1 \
     --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section SourceCounters \
     --section Occupancy --section InstructionStats --import-source no -o "$d" \
-    "$BIN/bench_decode_gemm" --tokens "$tokens" --gemm "$gemm" --tile "$tile" --no-peers --reps 3 > "$d.run.log" 2>&1
+    "$BIN/bench_grouped_gemm" --tokens "$tokens" --gemm "$gemm" --tile "$tile" --no-peers --reps 3 > "$d.run.log" 2>&1
   ncu -i "$d.ncu-rep" --page details > "$d.details.txt" 2>&1
   ncu -i "$d.ncu-rep" --page source --csv --print-source sass > "$d.src.csv" 2>&1
   python3 bench/ncu_top_stalls.py "$d.src.csv" 45 > "$d.stalls.txt" 2>&1

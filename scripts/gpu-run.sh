@@ -63,27 +63,27 @@ if [ "$WHAT" = python ] || [ "$WHAT" = all ]; then
   fi
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = decode ] || [ "$WHAT" = prefill ] || [ "$WHAT" = all ]; then
-  if [ -x "$BIN/bench_decode_gemm" ]; then
+  if [ -x "$BIN/bench_grouped_gemm" ]; then
     kinds=
     if [ "$WHAT" != prefill ]; then
       kinds=decode
-      "$BIN/bench_decode_gemm" --out "$OUT/bench_decode.json" > "$OUT/bench_decode.log" 2>&1
-      summary+=("bench_decode_gemm (decode): rc=$?")
+      "$BIN/bench_grouped_gemm" --out "$OUT/bench_decode.json" > "$OUT/bench_decode.log" 2>&1
+      summary+=("bench_grouped_gemm (decode): rc=$?")
     fi
     if [ "$WHAT" != decode ]; then
       kinds="$kinds prefill"
       # prefill sizes on rows already in expert order, as torch._grouped_mm takes them (issue 8)
-      "$BIN/bench_decode_gemm" --permuted-gemm1 --tokens 4096,8192,16384,32768 --reps 10 \
+      "$BIN/bench_grouped_gemm" --permuted-gemm1 --tokens 4096,8192,16384,32768 --reps 10 \
         --out "$OUT/bench_prefill.json" > "$OUT/bench_prefill.log" 2>&1
-      summary+=("bench_decode_gemm (prefill): rc=$?")
+      summary+=("bench_grouped_gemm (prefill): rc=$?")
     fi
     if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
       kinds="$kinds permuted"
       # GEMM1 at 16..64 tokens per expert with its rows already in expert order:
       # against the decode run's gemm1, what copying the gathered rows costs (docs/kernels.md)
-      "$BIN/bench_decode_gemm" --permuted-gemm1 --gemm gemm1p --tokens 512,1024,2048 --no-peers \
+      "$BIN/bench_grouped_gemm" --permuted-gemm1 --gemm gemm1p --tokens 512,1024,2048 --no-peers \
         --out "$OUT/bench_permuted.json" > "$OUT/bench_permuted.log" 2>&1
-      summary+=("bench_decode_gemm (GEMM1, rows in expert order): rc=$?")
+      summary+=("bench_grouped_gemm (GEMM1, rows in expert order): rc=$?")
     fi
     for kind in $kinds; do python3 bench/tile_summary.py "$OUT/bench_$kind.json" > "$OUT/bench_${kind}_tiles.txt" 2>&1; done
     if python3 -c 'import torch' 2>/dev/null; then
@@ -147,7 +147,7 @@ if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
   # compute-sanitizer on small cases (memcheck and racecheck)
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/fp4moe_gpu_tests" \
-      --gtest_filter='GpuMoeLayer.SplitFinalize*:GpuDecodeGemm.SkewedRouting*:GpuDecodeGemm.WarpgroupTilesSmallCase:GpuDecodeGemm.SplitKSmallCase:GpuDecodeGemm.EarlyStartSeesOffsetsWrittenTwoLaunchesBack' > "$OUT/sanitizer_$tool.log" 2>&1
+      --gtest_filter='GpuMoeLayer.SplitFinalize*:GpuGroupedGemm.SkewedRouting*:GpuGroupedGemm.WarpgroupTilesSmallCase:GpuGroupedGemm.SplitKSmallCase:GpuGroupedGemm.EarlyStartSeesOffsetsWrittenTwoLaunchesBack' > "$OUT/sanitizer_$tool.log" 2>&1
     rc=$?
     summary+=("compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)")
   done

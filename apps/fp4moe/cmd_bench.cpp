@@ -19,7 +19,7 @@
 #include "fp4moe/reference.hpp"
 #include "io/atomic_file.hpp"
 #include "plan/arch.hpp"
-#include "plan/decode_plan.hpp"
+#include "plan/gemm_plan.hpp"
 #include "progress.hpp"
 #include "run_layer.hpp"
 #include "runtime/layer_benchmark.hpp"
@@ -82,12 +82,12 @@ void bench_without_gpu(const BenchOptions& o, const std::string& why) {
     for (auto [what, n, k] : {std::tuple{"GEMM1", 2 * cfg.intermediate, cfg.hidden}, std::tuple{"GEMM2", cfg.hidden, cfg.intermediate}}) {
       for (int64_t T : {int64_t(1), int64_t(128), int64_t(2048)}) {
         const double tpe = double(T * cfg.top_k) / double(cfg.num_experts);
-        const int t = plan::rank_decode_tiles(n, k, plan::budget_of(a), tpe, std::min<int64_t>(cfg.num_experts, T * cfg.top_k), 132);
+        const int t = plan::rank_gemm_tiles(n, k, plan::budget_of(a), tpe, std::min<int64_t>(cfg.num_experts, T * cfg.top_k), 132);
         if (t < 0) {
           fmt::print("  {:<7} {} N {} K {} T {:>5}: no decode tile fits\n", arch, what, n, k, T);
           continue;
         }
-        const plan::SmemPlan p = plan::plan_decode_tile(t, n, k, a);
+        const plan::SmemPlan p = plan::plan_gemm_tile(t, n, k, a);
         fmt::print("  {:<7} {} N {:>5} K {:>5} T {:>5}: {} ({} stages, {} of {} bytes)\n", arch, what, n, k, T, p.config,
                    p.stages, p.smem_bytes, p.capacity);
       }

@@ -1,6 +1,6 @@
 // fp4moe plan: shared-memory budgets and verdicts, as a table or JSON.
 //   --kernel cutlass : CUTLASS's sm_120 block-scaled grouped GEMM as TensorRT-LLM builds it
-//   --kernel decode  : fp4moe's decode grouped GEMM (src/plan/decode_layout.hpp)
+//   --kernel decode  : fp4moe's decode grouped GEMM (src/plan/gemm_layout.hpp)
 #include <string>
 
 #include <fmt/core.h>
@@ -10,7 +10,7 @@
 #include "fp4moe/error.hpp"
 #include "plan/arch.hpp"
 #include "plan/cutlass_blockscaled_model.hpp"
-#include "plan/decode_plan.hpp"
+#include "plan/gemm_plan.hpp"
 #include "plan/plan_query.hpp"
 
 namespace fp4moe::cli {

@@ -1,12 +1,12 @@
 // Where an element, a block scale and a gated row live in the prepared weight
-// layout (decode_pack.hpp), and where a scale lives in the 128x4 swizzled layout
+// layout (gemm_pack.hpp), and where a scale lives in the 128x4 swizzled layout
 // of CUTLASS / TensorRT-LLM: the arithmetic the host packer
-// (prepare_decode.cpp), the GPU prepare kernel (kernels/prepare_weights.cu)
+// (prepare_gemm.cpp), the GPU prepare kernel (kernels/prepare_weights.cu)
 // and the swizzle helpers (scale_swizzle.cpp) share.
 #pragma once
 #include <cstdint>
 
-#include "format/decode_pack.hpp"
+#include "format/gemm_pack.hpp"
 
 namespace fp4moe::pack {
 

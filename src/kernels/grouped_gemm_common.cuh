@@ -1,8 +1,8 @@
 // What the two grouped-GEMM kernels share: their parameters, the dequantization
 // of one A fragment, the device-side work schedule and the epilogue that writes
 // a staged fp32 tile (store, SwiGLU or weighted scatter-add).
-//   decode_grouped_gemm.cu      every thread loads and multiplies (sm_80, sm_90a, sm_120a)
-//   grouped_gemm_ws_sm90.cu     a producer warpgroup loads, consumer warpgroups multiply (sm_90a)
+//   fp4_grouped_gemm.cu      every thread loads and multiplies (sm_80, sm_90a, sm_120a)
+//   fp4_grouped_gemm_ws_sm90.cu     a producer warpgroup loads, consumer warpgroups multiply (sm_90a)
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <utility>
 
-#include "format/decode_pack.hpp"
-#include "kernels/decode_grouped_gemm.hpp"
-#include "plan/decode_layout.hpp"
+#include "format/gemm_pack.hpp"
+#include "kernels/fp4_grouped_gemm.hpp"
+#include "plan/gemm_layout.hpp"
 
 namespace fp4moe::kernels::detail {
 
@@ -29,14 +29,14 @@ struct KernelParams {
   const int32_t* permuted_pair;
   const float* topk_weights;
   int64_t n, k;
-  int epilogue;  // DecodeEpilogue
+  int epilogue;  // GemmEpilogue
   int scale_parts, top_k;
   int num_experts;
   int stages;
   uint32_t scale_add2;  // pack::scale_add2(exponent_add): the exponent add in both bf16 halves
   int debug_mode;       // 0 normal; benchmark diagnostics: 1 loads only, 2 compute only, 3 no output tile staged or written
   int64_t permuted_rows;  // P (warp-specialized tiles: no row at or past it is read or written); 0 on all-warps tiles
-  int offsets_ready_at_launch;  // DecodeGemmArgs::offsets_ready_at_launch (warp-specialized tiles)
+  int offsets_ready_at_launch;  // GroupedGemmArgs::offsets_ready_at_launch (warp-specialized tiles)
   // Split-K (warp-specialized tiles, plan/split_k.hpp): each item's K loop in
   // k_splits parts when the launch's items times k_splits fit split_slots.
   int k_splits;
@@ -54,7 +54,7 @@ struct TensorMaps {
 };
 using KernelFn = void (*)(KernelParams, TensorMaps);
 
-// One entry per tile of plan::kDecodeTiles: Pick<I>::fn is tile I's kernel in
+// One entry per tile of plan::kGemmTiles: Pick<I>::fn is tile I's kernel in
 // this file, or null where the other kernel file instantiates it.
 template <template <int> class Pick, int... I>
 constexpr std::array<KernelFn, sizeof...(I)> tile_kernel_table(std::integer_sequence<int, I...>) {
@@ -62,12 +62,12 @@ constexpr std::array<KernelFn, sizeof...(I)> tile_kernel_table(std::integer_sequ
 }
 template <template <int> class Pick>
 constexpr auto tile_kernel_table() {
-  return tile_kernel_table<Pick>(std::make_integer_sequence<int, plan::kNumDecodeTiles>{});
+  return tile_kernel_table<Pick>(std::make_integer_sequence<int, plan::kNumGemmTiles>{});
 }
 
 // Prepared scale bytes Lo and Lo+1 of a 4-byte word (rows r and r+8 of one k16
 // step) -> bf16 operands s * 2^116 in the low and high half: one byte permute and
-// one multiply-add (decode_pack.hpp); the multiplies pick a half (.H0_H0 / .H1_H1).
+// one multiply-add (gemm_pack.hpp); the multiplies pick a half (.H0_H0 / .H1_H1).
 template <int Lo>
 __device__ __forceinline__ __nv_bfloat162 scale_operands(uint32_t word, uint32_t add2) {
   const uint32_t v = pack::scale_operands(__byte_perm(word, 0u, 0x4040u | Lo | ((Lo + 1) << 8)), 0) + add2;
@@ -230,7 +230,7 @@ __device__ __forceinline__ void store_16_bytes(__nv_bfloat16* dst, const uint32_
 template <int Rows, int Threads>
 __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const WorkItem& w, const float* epi, int stride,
                                                   int64_t col0, int tid) {
-  if (p.epilogue == int(DecodeEpilogue::swiglu)) {
+  if (p.epilogue == int(GemmEpilogue::swiglu)) {
     constexpr int kPieces = Rows / 2 / 8;  // 8 output columns per piece
     const int64_t ld = p.n / 2;
 #pragma unroll 1
@@ -246,7 +246,7 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
       }
       store_16_bytes(p.y + int64_t(w.row0 + r) * ld + col0 / 2 + j0, o);
     }
-  } else if (p.epilogue == int(DecodeEpilogue::scatter_add)) {
+  } else if (p.epilogue == int(GemmEpilogue::scatter_add)) {
     constexpr int kPieces = Rows / 4;  // 4 columns per piece
 #pragma unroll 1
     for (int i = tid; i < w.rows * kPieces; i += Threads) {

@@ -10,7 +10,7 @@
 
 namespace fp4moe::kernels {
 
-// The kernel of warp-specialized tile `tile` (plan::kDecodeTiles[tile].warp_specialized).
+// The kernel of warp-specialized tile `tile` (plan::kGemmTiles[tile].warp_specialized).
 detail::KernelFn ws_kernel(int tile);
 
 // x [rows, k] bf16, boxes of 64 k x nt rows in the 128-byte-swizzled layout a
@@ -19,9 +19,9 @@ CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t 
 
 // Prepared weights [E][N/16][K/64][512 bytes] as bytes {256, K/32, E N/16}: one
 // box {256, bk/32, bm/16} is a stage's [bm/16 row groups][bk/64 granules][512].
-CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64_t n, int64_t k, const plan::DecodeTile& t);
+CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64_t n, int64_t k, const plan::GemmTile& t);
 // Prepared scales [E][N/16][K/128][128 bytes] as bytes {K, E N/16}: one box
 // {bk, bm/16} is a stage's [bm/16 row groups][bk/128 granules][128].
-CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, const plan::DecodeTile& t);
+CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, const plan::GemmTile& t);
 
 }  // namespace fp4moe::kernels

@@ -2,7 +2,7 @@
 // the lane's four words; one thread per (expert, row, 16-column block) writes
 // its prepared scale. A zero scale or a block of +-0 codes is stored as scale
 // byte 0 with its codes cleared, as the host packer does (exact).
-#include "format/decode_pack.hpp"
+#include "format/gemm_pack.hpp"
 #include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
 #include "kernels/prepare_weights.hpp"

@@ -1,7 +1,7 @@
 // The one-time prepare step on the GPU: FP4 experts in the checkpoint layout a
 // serving engine holds on the device (ModelOpt NVFP4 or MXFP4, row-major or
 // 128x4 swizzled scales, gate/up in either order) -> the kernels' prepared
-// layout, byte for byte what the host packer (format/prepare_decode.cpp) makes.
+// layout, byte for byte what the host packer (format/prepare_gemm.cpp) makes.
 #pragma once
 #include <array>
 #include <cstdint>

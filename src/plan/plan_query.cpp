@@ -7,7 +7,7 @@
 
 #include "fp4moe/error.hpp"
 #include "plan/arch.hpp"
-#include "plan/decode_plan.hpp"
+#include "plan/gemm_plan.hpp"
 
 namespace fp4moe::plan {
 namespace {
@@ -24,11 +24,11 @@ void parse_tile(const std::string& s, int& m, int& n, int& k) {
                "'" << s << "' is not AxBxC with positive integers (e.g. tile 128x256x128, cluster 2x1x1)");
 }
 
-int decode_tile_index(const std::string& s) {
-  for (int i = 0; i < kNumDecodeTiles; ++i)
-    if (decode_tile_name(i) == s || std::to_string(i) == s) return i;
+int gemm_tile_index(const std::string& s) {
+  for (int i = 0; i < kNumGemmTiles; ++i)
+    if (gemm_tile_name(i) == s || std::to_string(i) == s) return i;
   std::string known;
-  for (int i = 0; i < kNumDecodeTiles; ++i) known += (i ? ", " : "") + decode_tile_name(i);
+  for (int i = 0; i < kNumGemmTiles; ++i) known += (i ? ", " : "") + gemm_tile_name(i);
   throw Error("tile '" + s + "' is not a decode tile (known: " + known + ")");
 }
 
@@ -46,9 +46,9 @@ PlanAnswer answer(const PlanQuery& q) {
   PlanAnswer a;
   if (q.kernel == "decode") {
     FP4MOE_CHECK(q.n > 0 && q.k > 0, "n = " << q.n << " and k = " << q.k << " must be positive");
-    const int only = q.sweep ? -1 : decode_tile_index(q.tile);
-    for (int i = 0; i < kNumDecodeTiles; ++i)
-      if (q.sweep || i == only) a.decode.push_back(plan_decode_tile(i, q.n, q.k, arch, q.stages));
+    const int only = q.sweep ? -1 : gemm_tile_index(q.tile);
+    for (int i = 0; i < kNumGemmTiles; ++i)
+      if (q.sweep || i == only) a.decode.push_back(plan_gemm_tile(i, q.n, q.k, arch, q.stages));
     return a;
   }
   FP4MOE_CHECK(q.kernel == "cutlass" || q.kernel == "trtllm",

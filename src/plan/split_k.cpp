@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "fp4moe/error.hpp"
-#include "plan/decode_plan.hpp"
+#include "plan/gemm_plan.hpp"
 
 namespace fp4moe::plan {
 
@@ -17,9 +17,9 @@ int64_t expected_token_chunks(int64_t permuted_rows, int64_t num_experts, int ch
 
 SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_chunks, int resident_ctas,
                          int64_t workspace_bytes) {
-  FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumDecodeTiles,
-               "split-K plan: tile index " << tile_index << " is outside 0.." << kNumDecodeTiles - 1);
-  const DecodeTile& t = kDecodeTiles[tile_index];
+  FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumGemmTiles,
+               "split-K plan: tile index " << tile_index << " is outside 0.." << kNumGemmTiles - 1);
+  const GemmTile& t = kGemmTiles[tile_index];
   SplitKPlan p;
   p.tile = tile_index;
   p.items = expected_chunks * (n / t.bm);
@@ -55,7 +55,7 @@ SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_
 std::string SplitKPlan::explanation() const {
   std::ostringstream os;
   switch (why) {
-    case Why::tile_does_not_split: return "tile " + decode_tile_name(tile) + " does not split K";
+    case Why::tile_does_not_split: return "tile " + gemm_tile_name(tile) + " does not split K";
     case Why::no_workspace: return "no split-K workspace";
     case Why::no_items: return "no work items";
     case Why::given: return "k_splits = " + std::to_string(splits) + " as given";

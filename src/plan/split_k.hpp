@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "plan/decode_layout.hpp"
+#include "plan/gemm_layout.hpp"
 
 namespace fp4moe::plan {
 
@@ -21,8 +21,8 @@ namespace fp4moe::plan {
 struct SplitKWorkspace {
   static constexpr int64_t kCounters = 4096;  // work items a split launch may have
   static constexpr int64_t kCounterBytes = kCounters * 4;
-  static constexpr int64_t slot_bytes(const DecodeTile& t) { return int64_t(t.bm) * t.nt * 4; }
-  static constexpr int64_t slots(const DecodeTile& t, int64_t bytes) {
+  static constexpr int64_t slot_bytes(const GemmTile& t) { return int64_t(t.bm) * t.nt * 4; }
+  static constexpr int64_t slots(const GemmTile& t, int64_t bytes) {
     return bytes <= kCounterBytes ? 0 : (bytes - kCounterBytes) / slot_bytes(t);
   }
 };

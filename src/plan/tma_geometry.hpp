@@ -1,12 +1,12 @@
 // The tensor-map geometry of the prepared weights and block scales that a
 // warp-specialized tile's producer copies one stage at a time (one TMA box per
 // operand per stage). The host encodes these numbers into CUtensorMaps
-// (src/kernels/grouped_gemm_ws_sm90.cu); the CPU tests check that a box is
+// (src/kernels/fp4_fp4_grouped_gemm_ws_sm90.cu); the CPU tests check that a box is
 // exactly the planner's per-stage bytes for every tile and shape it accepts.
 #pragma once
 #include <cstdint>
 
-#include "plan/decode_layout.hpp"
+#include "plan/gemm_layout.hpp"
 
 namespace fp4moe::plan {
 
@@ -34,7 +34,7 @@ struct TmaGeometry {
 // Prepared weights [E][N/16][K/64][512 bytes] as bytes {256, K/32, E N/16}: a row
 // group holds K x 8 contiguous bytes; the box {256, bk/32, bm/16} at
 // (0, kt bk/32, first row group) is the stage's [bm/16][bk/64][512].
-constexpr TmaGeometry weight_tma_geometry(int64_t experts, int64_t n, int64_t k, const DecodeTile& t) {
+constexpr TmaGeometry weight_tma_geometry(int64_t experts, int64_t n, int64_t k, const GemmTile& t) {
   TmaGeometry g;
   g.rank = 3;
   g.dims[0] = 256, g.dims[1] = k / 32, g.dims[2] = experts * n / 16;
@@ -45,7 +45,7 @@ constexpr TmaGeometry weight_tma_geometry(int64_t experts, int64_t n, int64_t k,
 
 // Prepared scales [E][N/16][K/128][128 bytes] as bytes {K, E N/16}: the box
 // {bk, bm/16} at (kt bk, first row group) is the stage's [bm/16][bk/128][128].
-constexpr TmaGeometry scale_tma_geometry(int64_t experts, int64_t n, int64_t k, const DecodeTile& t) {
+constexpr TmaGeometry scale_tma_geometry(int64_t experts, int64_t n, int64_t k, const GemmTile& t) {
   TmaGeometry g;
   g.rank = 2;
   g.dims[0] = k, g.dims[1] = experts * n / 16;

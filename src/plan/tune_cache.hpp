@@ -33,7 +33,7 @@ struct TuneKey {
 };
 
 struct TuneEntry {
-  std::string tile;          // the tuned tile's name (plan::decode_tile_name)
+  std::string tile;          // the tuned tile's name (plan::gemm_tile_name)
   int stages = 0;
   double ms = 0;             // its median time
   std::string default_tile;  // what the planner's ranking would have chosen

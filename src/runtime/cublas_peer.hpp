@@ -29,7 +29,7 @@ class CublasGroupedPeer {
     return time(shape, std::vector<std::vector<int32_t>>{counts}, reps);
   }
   // Per routing, the routings run back to back in one graph (as fp4moe's GEMMs
-  // are timed over rotating routings: bench_decode_gemm --rotate).
+  // are timed over rotating routings: bench_grouped_gemm --rotate).
   TimingStats time(size_t shape, const std::vector<std::vector<int32_t>>& routings, int reps);
 
  private:

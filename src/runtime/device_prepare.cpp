@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "format/decode_pack.hpp"
-#include "format/prepare_decode.hpp"
+#include "format/gemm_pack.hpp"
+#include "format/prepare_gemm.hpp"
 #include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
 #include "kernels/prepare_weights.hpp"
@@ -48,7 +48,7 @@ PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format form
   a.first_bad = first_bad.get();
   kernels::launch_prepare_weights(a, nullptr);
 
-  // Global scales: 2^10 * weight_scale_2 per expert and part (decode_pack.hpp's kAccumulatorFactor).
+  // Global scales: 2^10 * weight_scale_2 per expert and part (gemm_pack.hpp's kAccumulatorFactor).
   std::vector<float> scale_2(size_t(experts * src.scale_2_parts), 1.f);
   if (format == Fp4Format::nvfp4)
     FP4MOE_CUDA_CHECK(cudaMemcpy(scale_2.data(), src.scale_2, scale_2.size() * sizeof(float), cudaMemcpyDeviceToHost));

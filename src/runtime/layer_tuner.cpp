@@ -40,7 +40,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
   int total = 0, done = 0;
   for (size_t j = 0; j < jobs.size(); ++j)
     for (const GemmSpec& g : gemms)
-      for (int t = 0; t < plan::kNumDecodeTiles; ++t) total += plan::plan_decode_tile(t, g.w->n, g.w->k, m.budget).fits;
+      for (int t = 0; t < plan::kNumGemmTiles; ++t) total += plan::plan_gemm_tile(t, g.w->n, g.w->k, m.budget).fits;
 
   cudaStream_t s;
   FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
@@ -63,22 +63,22 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
       const int64_t act = g.dense ? 1 : active;
       const int32_t* offs = g.dense ? m.dense_offsets.get() : m.offsets.get();
       const bool first = std::string(g.name).find("gemm1") != std::string::npos;
-      using kernels::DecodeEpilogue;
-      const DecodeEpilogue epi = first ? DecodeEpilogue::swiglu
-                                 : (!g.dense && m.finalize != FinalizeMode::split) ? DecodeEpilogue::scatter_add
-                                                                                   : DecodeEpilogue::store;
+      using kernels::GemmEpilogue;
+      const GemmEpilogue epi = first ? GemmEpilogue::swiglu
+                                 : (!g.dense && m.finalize != FinalizeMode::split) ? GemmEpilogue::scatter_add
+                                                                                   : GemmEpilogue::store;
       __nv_bfloat16* y = first ? (g.dense ? m.shared_a2.get() : m.a2.get())
                                : (g.dense ? m.shared_y.get() : (m.y2.size() ? m.y2.get() : nullptr));
       const __nv_bfloat16* in = first ? x.get() : (g.dense ? m.shared_a2.get() : m.a2.get());
       const int32_t* gather = first && !g.dense ? m.permuted_token.get() : nullptr;
       const int64_t gemm_rows = g.dense ? T : T * c.top_k;
 
-      const int def = plan::rank_decode_tiles(g.w->n, g.w->k, m.budget, tpe, act, m.sm_count);
+      const int def = plan::rank_gemm_tiles(g.w->n, g.w->k, m.budget, tpe, act, m.sm_count);
       TuneRow row;
       row.gemm = g.name;
       row.tokens = T;
       row.bucket = plan::token_bucket(tpe);
-      row.default_tile = plan::decode_tile_name(def);
+      row.default_tile = plan::gemm_tile_name(def);
       // what the layer would run, the permuted copy of a warp-specialized GEMM1 included,
       // replayed from a CUDA graph as the layer runs in serving (and in `fp4moe bench`)
       const auto time_tile = [&](int t, int stages, int warmup, int reps) {
@@ -86,17 +86,17 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
           return time_graph_replay([&] { m.launch_gemm({t, stages}, *g.w, in, gather, gemm_rows, offs, epi, y, s); }, s,
                                    warmup, reps).median_ms;
         } catch (const Error& e) {
-          throw Error("tune: " + std::string(g.name) + " tile " + plan::decode_tile_name(t) +
+          throw Error("tune: " + std::string(g.name) + " tile " + plan::gemm_tile_name(t) +
                       " failed although the planner accepted it (" +
-                      plan::plan_decode_tile(t, g.w->n, g.w->k, m.budget).explanation + "): " + e.what() +
+                      plan::plan_gemm_tile(t, g.w->n, g.w->k, m.budget).explanation + "): " + e.what() +
                       ". This is a bug; please report it.");
         }
       };
       // Sweep every tile the planner accepts, then time the close ones again in
       // alternating rounds (plan/tune_rounds.hpp: the sweep's order favours the early tiles).
       std::vector<plan::TileTiming> sweep;
-      for (int t = 0; t < plan::kNumDecodeTiles; ++t) {
-        const plan::SmemPlan p = plan::plan_decode_tile(t, g.w->n, g.w->k, m.budget);
+      for (int t = 0; t < plan::kNumGemmTiles; ++t) {
+        const plan::SmemPlan p = plan::plan_gemm_tile(t, g.w->n, g.w->k, m.budget);
         if (!p.fits) continue;
         sweep.push_back({t, p.stages, time_tile(t, p.stages, 3, 15)});
         if (progress) progress(++done, total, std::string(g.name) + " T=" + std::to_string(T) + " " + p.config);
@@ -111,7 +111,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
         if (close[i].tile == def) row.default_ms = medians[i];
         if (best < 0 || medians[i] < row.tuned_ms) best = close[i].tile, best_stages = close[i].stages, row.tuned_ms = medians[i];
       }
-      row.tuned_tile = plan::decode_tile_name(best);
+      row.tuned_tile = plan::gemm_tile_name(best);
       m.cache->put(m.tune_key(*g.w, tpe, epi), {row.tuned_tile, best_stages, row.tuned_ms, row.default_tile, row.default_ms});
       rows.push_back(row);
     }

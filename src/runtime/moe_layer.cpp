@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <sstream>
 
-#include "format/prepare_decode.hpp"
+#include "format/prepare_gemm.hpp"
 #include "fp4moe/error.hpp"
-#include "kernels/decode_grouped_gemm.hpp"
+#include "kernels/fp4_grouped_gemm.hpp"
 #include "kernels/dependent_launch.hpp"
 #include "kernels/routing_kernels.hpp"
-#include "plan/decode_plan.hpp"
+#include "plan/gemm_plan.hpp"
 #include "plan/split_k.hpp"
 #include "runtime/cublas_check.hpp"
 #include "runtime/cuda_check.hpp"
@@ -29,7 +29,7 @@ ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts) {
     up.push_back(&e->up);
     down.push_back(&e->down);
   }
-  return ExpertPair{PreparedProjection(prepare_gated_decode_weights(gate, up)), PreparedProjection(prepare_decode_weights(down))};
+  return ExpertPair{PreparedProjection(prepare_gated_gemm_weights(gate, up)), PreparedProjection(prepare_gemm_weights(down))};
 }
 
 }  // namespace
@@ -285,8 +285,8 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   m.permute(stream, ids, tokens);
   mark("permute");
   const ForwardPlan& plan = m.forward_plan(tokens);
-  using kernels::DecodeEpilogue;
-  m.launch_gemm(plan.gemm1, m.routed->w13, hidden, m.permuted_token.get(), P, m.offsets.get(), DecodeEpilogue::swiglu,
+  using kernels::GemmEpilogue;
+  m.launch_gemm(plan.gemm1, m.routed->w13, hidden, m.permuted_token.get(), P, m.offsets.get(), GemmEpilogue::swiglu,
                 m.a2.get(), stream);
   mark("gemm1");
   if (m.finalize != FinalizeMode::split && !kernels::launches_skipped())
@@ -295,10 +295,10 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
                 m.finalize == FinalizeMode::split ? m.y2.get() : nullptr, stream, weights);
   mark("gemm2");
   if (m.shared) {
-    m.launch_gemm(plan.shared_gemm1, m.shared->w13, hidden, nullptr, tokens, m.dense_offsets.get(), DecodeEpilogue::swiglu,
+    m.launch_gemm(plan.shared_gemm1, m.shared->w13, hidden, nullptr, tokens, m.dense_offsets.get(), GemmEpilogue::swiglu,
                   m.shared_a2.get(), stream);
     m.launch_gemm(plan.shared_gemm2, m.shared->w2, m.shared_a2.get(), nullptr, tokens, m.dense_offsets.get(),
-                  DecodeEpilogue::store, m.shared_y.get(), stream);
+                  GemmEpilogue::store, m.shared_y.get(), stream);
     mark("shared");
   }
   kernels::FinalizeArgs f;
@@ -355,25 +355,25 @@ std::string MoeLayer::describe(int64_t tokens) const {
   const double per_expert = m.pairs_per_expert(tokens);
   const int64_t active = m.active_experts(tokens);
   std::ostringstream os;
-  using kernels::DecodeEpilogue;
-  auto line = [&](const char* what, const PreparedProjection& w, double tpe, int64_t act, int64_t rows, DecodeEpilogue epi) {
+  using kernels::GemmEpilogue;
+  auto line = [&](const char* what, const PreparedProjection& w, double tpe, int64_t act, int64_t rows, GemmEpilogue epi) {
     const TileChoice c = m.choose_tile(w, tpe, act, epi);
-    const plan::SmemPlan p = plan::plan_decode_tile(c.tile, w.n, w.k, m.budget);
+    const plan::SmemPlan p = plan::plan_gemm_tile(c.tile, w.n, w.k, m.budget);
     os << what << ": N " << w.n << " K " << w.k << ", tile " << p.config << " ("
        << (c.tuned ? "tuned, from " + m.cache->path() : std::string("planner default")) << "), " << p.stages
        << " stages, " << p.smem_bytes << " bytes of shared memory";
-    const kernels::DecodeGemmArgs a = m.gemm_args(w, nullptr, nullptr, rows, nullptr, epi, nullptr);
-    const plan::SplitKPlan sk = kernels::decode_launch_k_splits(a, {c.tile, c.stages, 0, 0});
+    const kernels::GroupedGemmArgs a = m.gemm_args(w, nullptr, nullptr, rows, nullptr, epi, nullptr);
+    const plan::SplitKPlan sk = kernels::gemm_launch_k_splits(a, {c.tile, c.stages, 0, 0});
     if (sk.splits > 1) os << ", K split " << sk.splits << " ways (" << sk.explanation() << ")";
     os << "\n";
   };
   if (!m.cache_notice.empty()) os << m.cache_notice << "\n";
   const bool split = m.finalize == FinalizeMode::split;
-  line("GEMM1 + SwiGLU", m.routed->w13, per_expert, active, P, DecodeEpilogue::swiglu);
+  line("GEMM1 + SwiGLU", m.routed->w13, per_expert, active, P, GemmEpilogue::swiglu);
   line(split ? "GEMM2 (split finalize)" : "GEMM2 (fused finalize)", m.routed->w2, per_expert, active, P, m.gemm2_epilogue());
   if (m.shared) {
-    line("shared GEMM1 + SwiGLU", m.shared->w13, double(tokens), 1, tokens, DecodeEpilogue::swiglu);
-    line("shared GEMM2", m.shared->w2, double(tokens), 1, tokens, DecodeEpilogue::store);
+    line("shared GEMM1 + SwiGLU", m.shared->w13, double(tokens), 1, tokens, GemmEpilogue::swiglu);
+    line("shared GEMM2", m.shared->w2, double(tokens), 1, tokens, GemmEpilogue::store);
   }
   return os.str();
 }

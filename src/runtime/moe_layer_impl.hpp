@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "format/prepare_decode.hpp"
+#include "format/prepare_gemm.hpp"
 #include "fp4moe/layer.hpp"
-#include "kernels/decode_grouped_gemm.hpp"
+#include "kernels/fp4_grouped_gemm.hpp"
 #include "kernels/routing_kernels.hpp"
-#include "plan/decode_plan.hpp"
+#include "plan/gemm_plan.hpp"
 #include "plan/tune_cache.hpp"
 #include "runtime/device_buffer.hpp"
 
@@ -94,8 +94,8 @@ struct MoeLayer::Impl {
 
   int64_t max_pairs() const { return opts.max_tokens * cfg.top_k; }
 
-  kernels::DecodeEpilogue gemm2_epilogue() const {
-    return finalize == FinalizeMode::split ? kernels::DecodeEpilogue::store : kernels::DecodeEpilogue::scatter_add;
+  kernels::GemmEpilogue gemm2_epilogue() const {
+    return finalize == FinalizeMode::split ? kernels::GemmEpilogue::store : kernels::GemmEpilogue::scatter_add;
   }
   // Routed rows per expert and active experts of a forward: host estimates (no device read).
   double pairs_per_expert(int64_t tokens) const { return double(tokens * cfg.top_k) / double(cfg.num_experts); }
@@ -106,13 +106,13 @@ struct MoeLayer::Impl {
                  "forward plan for " << tokens << " tokens: the layer holds plans for 0.." << forward_plans.size() - 1);
     std::optional<ForwardPlan>& p = forward_plans[size_t(tokens)];
     if (!p) {
-      using kernels::DecodeEpilogue;
+      using kernels::GemmEpilogue;
       ForwardPlan f;
-      f.gemm1 = choose_tile(routed->w13, pairs_per_expert(tokens), active_experts(tokens), DecodeEpilogue::swiglu);
+      f.gemm1 = choose_tile(routed->w13, pairs_per_expert(tokens), active_experts(tokens), GemmEpilogue::swiglu);
       f.gemm2 = choose_tile(routed->w2, pairs_per_expert(tokens), active_experts(tokens), gemm2_epilogue());
       if (shared) {
-        f.shared_gemm1 = choose_tile(shared->w13, double(tokens), 1, DecodeEpilogue::swiglu);
-        f.shared_gemm2 = choose_tile(shared->w2, double(tokens), 1, DecodeEpilogue::store);
+        f.shared_gemm1 = choose_tile(shared->w13, double(tokens), 1, GemmEpilogue::swiglu);
+        f.shared_gemm2 = choose_tile(shared->w2, double(tokens), 1, GemmEpilogue::store);
       }
       p = f;
     }
@@ -123,9 +123,9 @@ struct MoeLayer::Impl {
 
   // A measurement holds for the epilogue it ran with (GEMM2's depends on the
   // finalize mode) and with or without the split-K workspace.
-  plan::TuneKey tune_key(const PreparedProjection& w, double tokens_per_expert, kernels::DecodeEpilogue epi) const {
-    const char* e = epi == kernels::DecodeEpilogue::swiglu ? "swiglu"
-                    : epi == kernels::DecodeEpilogue::scatter_add ? "scatter_add" : "store";
+  plan::TuneKey tune_key(const PreparedProjection& w, double tokens_per_expert, kernels::GemmEpilogue epi) const {
+    const char* e = epi == kernels::GemmEpilogue::swiglu ? "swiglu"
+                    : epi == kernels::GemmEpilogue::scatter_add ? "scatter_add" : "store";
     return {std::string("decode ") + e + (split_k.size() ? " split-k" : ""), to_string(w.format), w.n, w.k, w.experts,
             plan::token_bucket(tokens_per_expert)};
   }
@@ -133,29 +133,29 @@ struct MoeLayer::Impl {
   // The tuned tile for this GEMM and bucket when the cache has one that the
   // planner still accepts here; otherwise the planner's ranking.
   TileChoice choose_tile(const PreparedProjection& w, double tokens_per_expert, int64_t active,
-                         kernels::DecodeEpilogue epi) const {
+                         kernels::GemmEpilogue epi) const {
     TileChoice c;
     if (cache) {
       if (const auto e = cache->find(tune_key(w, tokens_per_expert, epi))) {
-        for (int i = 0; i < plan::kNumDecodeTiles; ++i) {
-          if (plan::decode_tile_name(i) != e->tile) continue;
-          const plan::DecodeTileFit p = plan::fit_decode_tile(i, w.n, w.k, budget);
+        for (int i = 0; i < plan::kNumGemmTiles; ++i) {
+          if (plan::gemm_tile_name(i) != e->tile) continue;
+          const plan::GemmTileFit p = plan::fit_gemm_tile(i, w.n, w.k, budget);
           if (p.fits) return {i, p.stages, true};
         }
       }
     }
-    c.tile = plan::rank_decode_tiles(w.n, w.k, budget, tokens_per_expert, active, sm_count);
+    c.tile = plan::rank_gemm_tiles(w.n, w.k, budget, tokens_per_expert, active, sm_count);
     FP4MOE_CHECK(c.tile >= 0, "no decode tile fits N = " << w.n << ", K = " << w.k << " on this GPU: "
-                                                         << plan::plan_decode_tile(0, w.n, w.k, budget).explanation);
-    c.stages = plan::fit_decode_tile(c.tile, w.n, w.k, budget).stages;
+                                                         << plan::plan_gemm_tile(0, w.n, w.k, budget).explanation);
+    c.stages = plan::fit_gemm_tile(c.tile, w.n, w.k, budget).stages;
     return c;
   }
 
   // A GEMM over `rows` permuted rows, with the layer's split-K workspace.
-  kernels::DecodeGemmArgs gemm_args(const PreparedProjection& w, const __nv_bfloat16* x, const int32_t* gather, int64_t rows,
-                                    const int32_t* offs, kernels::DecodeEpilogue epi, __nv_bfloat16* y,
+  kernels::GroupedGemmArgs gemm_args(const PreparedProjection& w, const __nv_bfloat16* x, const int32_t* gather, int64_t rows,
+                                    const int32_t* offs, kernels::GemmEpilogue epi, __nv_bfloat16* y,
                                     const float* weights = nullptr) const {
-    kernels::DecodeGemmArgs a;
+    kernels::GroupedGemmArgs a;
     a.weights = w.weights.get();
     a.scales = w.scales.get();
     a.dequant_scale = w.dequant_scale.get();
@@ -173,7 +173,7 @@ struct MoeLayer::Impl {
     a.offsets_ready_at_launch = true;
     a.y = y;
     a.epilogue = epi;
-    if (epi == kernels::DecodeEpilogue::scatter_add) {
+    if (epi == kernels::GemmEpilogue::scatter_add) {
       a.accumulate = accumulate.get();
       a.permuted_pair = permuted_pair.get();
       a.topk_weights = weights ? weights : topk_weights.get();
@@ -230,11 +230,11 @@ struct MoeLayer::Impl {
   // (gather null) or they are gathered from x. A warp-specialized tile loads
   // rows in expert order by TMA: the launch first copies gathered rows into x_permuted.
   void launch_gemm(const TileChoice& c, const PreparedProjection& w, const __nv_bfloat16* x, const int32_t* gather,
-                   int64_t rows, const int32_t* offs, kernels::DecodeEpilogue epi, __nv_bfloat16* y,
+                   int64_t rows, const int32_t* offs, kernels::GemmEpilogue epi, __nv_bfloat16* y,
                    cudaStream_t stream, const float* routing_weights = nullptr) {
-    kernels::DecodeGemmArgs a = gemm_args(w, x, gather, rows, offs, epi, y, routing_weights);
+    kernels::GroupedGemmArgs a = gemm_args(w, x, gather, rows, offs, epi, y, routing_weights);
     if (gather && int64_t(x_permuted.size()) >= rows * w.k) a.gather_workspace = x_permuted.get();
-    kernels::launch_decode_grouped_gemm(a, {c.tile, c.stages, 0, 0}, stream);
+    kernels::launch_fp4_grouped_gemm(a, {c.tile, c.stages, 0, 0}, stream);
   }
 };
 

@@ -1,15 +1,15 @@
 // The split-K planner (plan/split_k.hpp): where it splits, by how much, and where it must not.
 #include <gtest/gtest.h>
 
-#include "plan/decode_plan.hpp"
+#include "plan/gemm_plan.hpp"
 #include "plan/split_k.hpp"
 
 namespace fp4moe::plan {
 namespace {
 
 int tile_named(const std::string& name) {
-  for (int t = 0; t < kNumDecodeTiles; ++t)
-    if (decode_tile_name(t) == name) return t;
+  for (int t = 0; t < kNumGemmTiles; ++t)
+    if (gemm_tile_name(t) == name) return t;
   ADD_FAILURE() << "no tile " << name;
   return 0;
 }
@@ -52,29 +52,29 @@ TEST(SplitKPlan, NoSplitWhereItemsBalanceOrCannotSplit) {
   // no workspace, or one too small for two parts
   EXPECT_EQ(plan_k_splits(sync256, 4096, 6144, 1, 132, 0).splits, 1);
   EXPECT_EQ(plan_k_splits(sync256, 4096, 6144, 1, 132,
-                          SplitKWorkspace::kCounterBytes + 16 * SplitKWorkspace::slot_bytes(kDecodeTiles[sync256]))
+                          SplitKWorkspace::kCounterBytes + 16 * SplitKWorkspace::slot_bytes(kGemmTiles[sync256]))
                 .splits,
             1);
   // all-warps tiles do not split, nor wgmma tiles of 136+ accumulators per thread
-  for (int t = 0; t < kNumDecodeTiles; ++t) {
-    if (!kDecodeTiles[t].splits_k()) {
-      EXPECT_EQ(plan_k_splits(t, 4096, 6144, 1, 264, kSplitKWorkspaceBytes).splits, 1) << decode_tile_name(t);
+  for (int t = 0; t < kNumGemmTiles; ++t) {
+    if (!kGemmTiles[t].splits_k()) {
+      EXPECT_EQ(plan_k_splits(t, 4096, 6144, 1, 264, kSplitKWorkspaceBytes).splits, 1) << gemm_tile_name(t);
     }
   }
 }
 
 TEST(SplitKPlan, NeverMorePartsThanStagesOrTheLimit) {
-  for (int t = 0; t < kNumDecodeTiles; ++t)
+  for (int t = 0; t < kNumGemmTiles; ++t)
     for (int64_t k : {128, 256, 512, 2048, 7168})
       for (int64_t chunks : {1, 2, 8, 40}) {
-        if (k % kDecodeTiles[t].bk) continue;
+        if (k % kGemmTiles[t].bk) continue;
         const SplitKPlan p = plan_k_splits(t, 2048, k, chunks, 264, kSplitKWorkspaceBytes);
         EXPECT_GE(p.splits, 1);
         EXPECT_LE(p.splits, kMaxKSplits);
-        EXPECT_LE(p.splits, k / kDecodeTiles[t].bk) << decode_tile_name(t) << " K " << k;
+        EXPECT_LE(p.splits, k / kGemmTiles[t].bk) << gemm_tile_name(t) << " K " << k;
         if (p.splits > 1) {  // the parts fit the workspace
-          EXPECT_LE(chunks * (2048 / kDecodeTiles[t].bm) * p.splits,
-                    SplitKWorkspace::slots(kDecodeTiles[t], kSplitKWorkspaceBytes));
+          EXPECT_LE(chunks * (2048 / kGemmTiles[t].bm) * p.splits,
+                    SplitKWorkspace::slots(kGemmTiles[t], kSplitKWorkspaceBytes));
         }
       }
 }

@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "format/prepare_decode.hpp"
+#include "format/prepare_gemm.hpp"
 #include "fp4moe/layer.hpp"
 #include "fp4moe/reference.hpp"
 #include "gpu_test_util.hpp"
@@ -73,7 +73,7 @@ TEST(GpuDeviceWeights, PrepareOnTheGpuEqualsTheHostPrepare) {
     for (ScaleLayout layout : {ScaleLayout::linear, ScaleLayout::swizzled_128x4}) {
       const std::string what = std::string(to_string(f)) + (layout == ScaleLayout::linear ? " linear" : " swizzled");
       const std::vector<Fp4Matrix> gate = matrices(f, E, I, H, 1), up = matrices(f, E, I, H, 2), down = matrices(f, E, H, I, 3);
-      const PreparedExpertWeights host13 = prepare_gated_decode_weights(gate, up), host2 = prepare_decode_weights(down);
+      const PreparedExpertWeights host13 = prepare_gated_gemm_weights(gate, up), host2 = prepare_gemm_weights(down);
       for (bool up_first : {false, true}) {
         std::vector<std::vector<const Fp4Matrix*>> w13, w2;
         for (int64_t e = 0; e < E; ++e) {

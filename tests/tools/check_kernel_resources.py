@@ -9,8 +9,8 @@ the stage's math was instantiated per ring slot, cost 1.02x to 1.08x).
 
 Usage: check_kernel_resources.py BUILD_DIR SOURCE[,SOURCE...] FP4MOE_CLI
 Recompiles each SOURCE with the build's own command plus -Xptxas -v (no output
-kept): the all-warps kernel (decode_grouped_gemm.cu) and the warp-specialized
-one (grouped_gemm_ws_sm90.cu) instantiate disjoint tiles of the one list."""
+kept): the all-warps kernel (fp4_grouped_gemm.cu) and the warp-specialized
+one (fp4_grouped_gemm_ws_sm90.cu) instantiate disjoint tiles of the one list."""
 import importlib.util
 import json
 import os
@@ -24,7 +24,7 @@ import tempfile
 ARCHS = {"sm_80": "sm80", "sm_90a": "sm90", "sm_120a": "sm120"}
 
 
-KERNEL = re.compile(r"Compiling entry function '.*(?:decode_grouped_gemm_kernel|grouped_gemm_ws_kernel)ILi(\d+)E.*' for '(sm_\w+)'")
+KERNEL = re.compile(r"Compiling entry function '.*(?:fp4_grouped_gemm_kernel|fp4_grouped_gemm_ws_kernel)ILi(\d+)E.*' for '(sm_\w+)'")
 
 
 advisories = []
@@ -39,7 +39,7 @@ def ptxas_report(build, source, cmds, report):
         args = args[1:]
     out = args.index("-o")
     sass_of = None
-    if source.endswith("grouped_gemm_ws_sm90.cu"):  # its object is kept for the SASS check below
+    if source.endswith("fp4_grouped_gemm_ws_sm90.cu"):  # its object is kept for the SASS check below
         fd, sass_of = tempfile.mkstemp(suffix=".o")
         os.close(fd)
     args[out + 1] = sass_of or "/dev/null"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Every file the project's code, scripts and docs refer to exists in the
-project: paths such as docs/kernels.md, src/plan/decode_plan.cpp or
+project: paths such as docs/kernels.md, src/plan/gemm_plan.cpp or
 bench/results/<file> named in a comment, a doc or a script resolve from the
 repository root (or from the citing file's folder), and nothing cites files
 that are not part of the project (a design brief kept elsewhere).

@@ -280,10 +280,10 @@ void ParallelMoeLayer::experts_over_rows(cudaStream_t s, const __nv_bfloat16* ro
   const int64_t P = rows * m.cfg.top_k;
   m.permute(s, rows_ids, rows, own_tokens);
   const ForwardPlan& plan = m.forward_plan(plan_tokens);
-  using kernels::DecodeEpilogue;
+  using kernels::GemmEpilogue;
   m.launch_gemm(plan.gemm1, m.routed->w13, rows_hidden, m.permuted_token.get(), P, m.offsets.get(),
-                DecodeEpilogue::swiglu, m.a2.get(), s);
-  m.launch_gemm(plan.gemm2, m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), DecodeEpilogue::store, m.y2.get(), s);
+                GemmEpilogue::swiglu, m.a2.get(), s);
+  m.launch_gemm(plan.gemm2, m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), GemmEpilogue::store, m.y2.get(), s);
   kernels::FinalizeArgs f;
   f.expert_out = m.y2.get();
   f.pair_pos = m.pair_pos.get();
@@ -302,9 +302,9 @@ const __nv_bfloat16* ParallelMoeLayer::shared_expert(cudaStream_t s, const __nv_
   if (m.shared) {
     const ForwardPlan& own = m.forward_plan(T);
     m.launch_gemm(own.shared_gemm1, m.shared->w13, hidden, nullptr, T, m.dense_offsets.get(),
-                  kernels::DecodeEpilogue::swiglu, m.shared_a2.get(), s);
+                  kernels::GemmEpilogue::swiglu, m.shared_a2.get(), s);
     m.launch_gemm(own.shared_gemm2, m.shared->w2, m.shared_a2.get(), nullptr, T, m.dense_offsets.get(),
-                  kernels::DecodeEpilogue::store, m.shared_y.get(), s);
+                  kernels::GemmEpilogue::store, m.shared_y.get(), s);
     shared = m.shared_y.get();
   }
   return shared;

@@ -24,8 +24,8 @@
 
 #include "fp4moe/device.hpp"
 #include "fp4moe/reference.hpp"
-#include "kernels/decode_grouped_gemm.hpp"
-#include "plan/decode_plan.hpp"
+#include "kernels/fp4_grouped_gemm.hpp"
+#include "plan/gemm_plan.hpp"
 #include "plan/split_k.hpp"
 #include "runtime/captured_graph.hpp"
 #include "runtime/ceilings.hpp"
@@ -54,10 +54,10 @@ struct RoutedBatch {
 // time is per launch): the host's per-launch work (the plan check, tensor-map
 // encoding) is off the GPU's clock. A gathered GEMM1 on a warp-specialized tile
 // is two kernels, the row copy and the GEMM: both are timed.
-TimingStats time_gemm(const std::vector<kernels::DecodeGemmArgs>& args, const kernels::DecodeLaunch& L,
+TimingStats time_gemm(const std::vector<kernels::GroupedGemmArgs>& args, const kernels::GemmLaunch& L,
                       cudaStream_t stream, int warmup, int reps) {
   std::vector<std::function<void()>> launches;
-  for (const kernels::DecodeGemmArgs& a : args) launches.push_back([&] { kernels::launch_decode_grouped_gemm(a, L, stream); });
+  for (const kernels::GroupedGemmArgs& a : args) launches.push_back([&] { kernels::launch_fp4_grouped_gemm(a, L, stream); });
   return time_graph_sequence(launches, stream, warmup, reps);
 }
 
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   int only_tile = -1;
   bool skip_peers = false;
   app.add_option("--gemm", only_gemm, "Only this GEMM (gemm1, or gemm1p with --permuted-gemm1, or gemm2)");
-  app.add_option("--tile", only_tile, "Only this tile index (profiling)")->check(CLI::Range(0, plan::kNumDecodeTiles - 1));
+  app.add_option("--tile", only_tile, "Only this tile index (profiling)")->check(CLI::Range(0, plan::kNumGemmTiles - 1));
   app.add_flag("--no-peers", skip_peers, "Skip the cuBLAS peer and the diagnostics");
   int debug_mode = 0;
   app.add_option("--debug-mode", debug_mode, "Diagnostics for every timed launch: 1 loads only, 2 math only, 3 no output written (results are garbage)")
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     std::string why;
     const auto devs = list_devices(&why);
     if (devs.empty()) {
-      fmt::print("bench_decode_gemm: no CUDA device ({}): nothing to measure\n", why);
+      fmt::print("bench_grouped_gemm: no CUDA device ({}): nothing to measure\n", why);
       return 0;
     }
     const DeviceInfo& dev = devs[0];
@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
     const Gemm gemms[] = {{permuted_gemm1 ? "gemm1p" : "gemm1", 2 * cfg.intermediate, cfg.hidden, !permuted_gemm1},
                           {"gemm2", cfg.hidden, cfg.intermediate, false}};
     if (!only_gemm.empty() && only_gemm != gemms[0].name && only_gemm != gemms[1].name) {
-      fmt::print(stderr, "bench_decode_gemm: --gemm {} is none of {} and {}\n", only_gemm, gemms[0].name, gemms[1].name);
+      fmt::print(stderr, "bench_grouped_gemm: --gemm {} is none of {} and {}\n", only_gemm, gemms[0].name, gemms[1].name);
       return 2;
     }
 
@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
         while (int(rbs.size()) < routings) rbs.push_back(route(rbs.size()));
         const RoutedBatch& rb = rbs[0];
         std::vector<DeviceBuffer<int32_t>> doffs, dgathers;
-        std::vector<kernels::DecodeGemmArgs> args;
+        std::vector<kernels::GroupedGemmArgs> args;
         double bytes = 0, flops = 0, floor_ms = 0, active = 0;  // per launch: the mean over the routings
         int64_t max_rows = 0;
         std::vector<std::vector<int32_t>> counts_rotation;
@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
           counts_rotation.push_back(r.counts);
         }
         for (int i = 0; i < routings; ++i) {
-          kernels::DecodeGemmArgs a;
+          kernels::GroupedGemmArgs a;
           a.weights = w.get();
           a.scales = s.get();
           a.dequant_scale = dgs.get();
@@ -263,8 +263,8 @@ int main(int argc, char** argv) {
         }
 
         // --k-splits applies to the tiles that can split (warp-specialized)
-        auto tile_splits = [&](int tile) { return plan::kDecodeTiles[tile].splits_k() ? k_splits : 0; };
-        const int def_tile = plan::rank_decode_tiles(g.n, g.k, budget, double(rb.pairs) / E,
+        auto tile_splits = [&](int tile) { return plan::kGemmTiles[tile].splits_k() ? k_splits : 0; };
+        const int def_tile = plan::rank_gemm_tiles(g.n, g.k, budget, double(rb.pairs) / E,
                                                      int64_t(std::lround(active)), dev.sm_count);
         json tiles = json::array();
         double best_ms = 1e30;
@@ -276,25 +276,25 @@ int main(int argc, char** argv) {
         // kept the GPU at its power cap for minutes before the prefill tiles, which
         // come last in the list, were timed.
         const bool prefill_size = double(rb.pairs) / E >= 128;
-        for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
+        for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
           if (!all_tiles && tile != def_tile) continue;
           if (only_tile >= 0 && tile != only_tile) continue;
-          if (only_tile < 0 && prefill_size && plan::kDecodeTiles[tile].nt < 64 && tile != def_tile) continue;
-          const plan::SmemPlan pl = plan::plan_decode_tile(tile, g.n, g.k, budget);
+          if (only_tile < 0 && prefill_size && plan::kGemmTiles[tile].nt < 64 && tile != def_tile) continue;
+          const plan::SmemPlan pl = plan::plan_gemm_tile(tile, g.n, g.k, budget);
           if (!pl.fits) continue;
-          kernels::DecodeLaunch L{tile, pl.stages, 0, debug_mode, tile_splits(tile)};
+          kernels::GemmLaunch L{tile, pl.stages, 0, debug_mode, tile_splits(tile)};
           const TimingStats t = time_gemm(args, L, stream, 5, reps);
-          tiles.push_back({{"tile", plan::decode_tile_name(tile)}, {"stages", pl.stages}, {"median_ms", t.median_ms},
+          tiles.push_back({{"tile", plan::gemm_tile_name(tile)}, {"stages", pl.stages}, {"median_ms", t.median_ms},
                            {"min_ms", t.min_ms}, {"max_ms", t.max_ms}});
           if (t.median_ms < best_ms) best_ms = t.median_ms, best_tile = tile;
           if (tile == def_tile) default_ms = t.median_ms;
-          if (!plan::kDecodeTiles[tile].wgmma && !plan::kDecodeTiles[tile].warp_specialized && t.median_ms < best_all_warps_ms)
+          if (!plan::kGemmTiles[tile].wgmma && !plan::kGemmTiles[tile].warp_specialized && t.median_ms < best_all_warps_ms)
             best_all_warps_ms = t.median_ms, best_all_warps = tile;
         }
         FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
         std::this_thread::sleep_for(std::chrono::milliseconds(cooldown_ms));
         // the best tile's launch, as the sweep ran it
-        const kernels::DecodeLaunch best_launch{best_tile, plan::plan_decode_tile(best_tile, g.n, g.k, budget).stages, 0,
+        const kernels::GemmLaunch best_launch{best_tile, plan::plan_gemm_tile(best_tile, g.n, g.k, budget).stages, 0,
                                                 debug_mode, tile_splits(best_tile)};
         const TimingStats best = time_gemm(args, best_launch, stream, 3, reps);
         // The same tile, one launch per graph (the method of earlier runs; early
@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
         const TimingStats single = time_gemm({args[0]}, best_launch, stream, 3, reps);
         // The same launch eagerly: the host's per-launch work (plan check, tensor maps) included.
         const TimingStats eager = time_on_stream(
-            [&] { kernels::launch_decode_grouped_gemm(args[0], best_launch, stream); }, stream, 3, reps);
+            [&] { kernels::launch_fp4_grouped_gemm(args[0], best_launch, stream); }, stream, 3, reps);
 
         // Where the time goes (leave one part out): the best tile
         // with only its loads, with only its math, and without its output
@@ -310,7 +310,7 @@ int main(int argc, char** argv) {
         json diag = {{"loads_only_ms", 0.0}, {"compute_only_ms", 0.0}, {"no_output_ms", 0.0}};
         if (!skip_peers) {
           for (int mode : {1, 2, 3}) {
-            kernels::DecodeLaunch L = best_launch;
+            kernels::GemmLaunch L = best_launch;
             L.debug_mode = mode;
             const TimingStats t = time_gemm(args, L, stream, 3, 20);
             diag[mode == 1 ? "loads_only_ms" : mode == 2 ? "compute_only_ms" : "no_output_ms"] = t.median_ms;
@@ -319,11 +319,11 @@ int main(int argc, char** argv) {
 
         if (skip_peers) {
           fmt::print("{} T={} tile {}: {:.4f} ms over {} routings ({:.4f} ms one launch per graph, eager {:.4f} ms, grid {})\n",
-                     g.name, T, plan::decode_tile_name(best_tile), best.median_ms, routings, single.median_ms, eager.median_ms,
-                     kernels::decode_launch_grid(best_launch));
+                     g.name, T, plan::gemm_tile_name(best_tile), best.median_ms, routings, single.median_ms, eager.median_ms,
+                     kernels::gemm_launch_grid(best_launch));
           cases.push_back({{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
                            {"bytes", bytes}, {"flops", flops}, {"floor_ms", floor_ms},
-                           {"best_tile", plan::decode_tile_name(best_tile)}, {"grid", kernels::decode_launch_grid(best_launch)},
+                           {"best_tile", plan::gemm_tile_name(best_tile)}, {"grid", kernels::gemm_launch_grid(best_launch)},
                            {"median_ms", best.median_ms}, {"min_ms", best.min_ms}, {"max_ms", best.max_ms}, {"routings", routings},
                            {"single_launch_ms", single.median_ms}, {"eager_ms", eager.median_ms},
                            {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12}, {"tiles", tiles}});
@@ -337,9 +337,9 @@ int main(int argc, char** argv) {
 
         json c = {{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
                   {"active_experts", active}, {"max_rows_per_expert", max_rows}, {"bytes", bytes},
-                  {"flops", flops}, {"floor_ms", floor_ms}, {"grid", kernels::decode_launch_grid(best_launch)},
-                  {"default_tile", plan::decode_tile_name(def_tile)},
-                  {"default_ms", default_ms}, {"best_tile", plan::decode_tile_name(best_tile)},
+                  {"flops", flops}, {"floor_ms", floor_ms}, {"grid", kernels::gemm_launch_grid(best_launch)},
+                  {"default_tile", plan::gemm_tile_name(def_tile)},
+                  {"default_ms", default_ms}, {"best_tile", plan::gemm_tile_name(best_tile)},
                   {"median_ms", best.median_ms}, {"min_ms", best.min_ms}, {"max_ms", best.max_ms},
                   {"routings", routings}, {"single_launch_ms", single.median_ms},
                   {"eager_ms", eager.median_ms}, {"tb_per_s", bytes / (best.median_ms * 1e-3) / 1e12},
@@ -348,13 +348,13 @@ int main(int argc, char** argv) {
                   {"speedup_vs_cublas", tb.median_ms / best.median_ms},
                   {"dense_fraction", tflops / ceil.bf16_tflop_per_s},
                   {"bf16_tflop_per_s_adjacent", dense_adjacent}, {"dense_fraction_adjacent", tflops / dense_adjacent},
-                  {"best_all_warps_tile", best_all_warps >= 0 ? plan::decode_tile_name(best_all_warps) : std::string("none")},
+                  {"best_all_warps_tile", best_all_warps >= 0 ? plan::gemm_tile_name(best_all_warps) : std::string("none")},
                   {"speedup_vs_all_warps", best_all_warps >= 0 ? best_all_warps_ms / best.median_ms : 0.0},
                   {"tiles", tiles}, {"diagnostics", diag},
                   {"counts", rb.counts}, {"counts_rotation", counts_rotation}};  // counts: the first routing's
         cases.push_back(c);
         fmt::print("{} T={:5d} active {:5.1f} max/expert {:4d}  {:8.4f} ms ({}, {} routings)  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  dense bf16 {:5.1f}% (beside it: {:.0f} TFLOP/s, {:5.1f}%)  cuBLAS {:8.4f} ms ({:4.2f}x)  loads-only {:.4f} compute-only {:.4f} no-output {:.4f}\n",
-                   g.name, T, active, max_rows, best.median_ms, plan::decode_tile_name(best_tile), routings,
+                   g.name, T, active, max_rows, best.median_ms, plan::gemm_tile_name(best_tile), routings,
                    bytes / (best.median_ms * 1e-3) / 1e12, tflops, floor_ms, 100 * floor_ms / best.median_ms,
                    100 * tflops / ceil.bf16_tflop_per_s, dense_adjacent, 100 * tflops / dense_adjacent, tb.median_ms, tb.median_ms / best.median_ms,
                    diag["loads_only_ms"].get<double>(), diag["compute_only_ms"].get<double>(), diag["no_output_ms"].get<double>());
@@ -364,7 +364,7 @@ int main(int argc, char** argv) {
     std::ofstream(out_path) << report.dump(1) << "\n";
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "bench_decode_gemm: error: {}\n", e.what());
+    fmt::print(stderr, "bench_grouped_gemm: error: {}\n", e.what());
     return 1;
   }
 }

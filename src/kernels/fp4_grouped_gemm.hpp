@@ -16,14 +16,14 @@
 namespace fp4moe::kernels {
 
 // What the epilogue does with a finished [tokens x bm] tile.
-enum class DecodeEpilogue {
+enum class GemmEpilogue {
   store,        // y[p, n] = acc (bf16), y has N columns
   swiglu,       // rows alternate 16 gate, 16 up: y[p, i] = silu(gate) * up (bf16), y has N/2 columns
   scatter_add,  // accumulate[t, n] += topk_weights[pair] * acc (fp32 atomics), pair = permuted_pair[p], t = pair / top_k
 };
 
-struct DecodeGemmArgs {
-  // Prepared weights (src/format/prepare_decode.hpp), on the device.
+struct GroupedGemmArgs {
+  // Prepared weights (src/format/prepare_gemm.hpp), on the device.
   const uint8_t* weights = nullptr;
   const uint8_t* scales = nullptr;
   const float* dequant_scale = nullptr;  // [E][scale_parts]; row r uses part (r / 16) % scale_parts
@@ -52,7 +52,7 @@ struct DecodeGemmArgs {
   // copy the rows first, so the GEMM's predecessor is that copy).
   bool offsets_ready_at_launch = false;
   __nv_bfloat16* y = nullptr;            // [P, N] (store) or [P, N/2] (swiglu)
-  DecodeEpilogue epilogue = DecodeEpilogue::store;
+  GemmEpilogue epilogue = GemmEpilogue::store;
   float* accumulate = nullptr;           // scatter_add: [T, N] fp32, 16-byte aligned
   const int32_t* permuted_pair = nullptr;
   const float* topk_weights = nullptr;
@@ -65,8 +65,8 @@ struct DecodeGemmArgs {
   int64_t split_workspace_bytes = 0;
 };
 
-struct DecodeLaunch {
-  int tile = 0;     // index into plan::kDecodeTiles
+struct GemmLaunch {
+  int tile = 0;     // index into plan::kGemmTiles
   int stages = 0;   // from the planner
   int grid = 0;     // persistent CTAs; 0 = fill the device
   int debug_mode = 0;  // benchmark diagnostics only: 1 = loads only, 2 = compute only, 3 = no output tile staged or written (wrong results)
@@ -75,16 +75,16 @@ struct DecodeLaunch {
 
 // Validates the launch against the planner's verdict for the current device
 // (throws fp4moe::Error with the plan's explanation if it does not fit), then launches.
-void launch_decode_grouped_gemm(const DecodeGemmArgs& args, const DecodeLaunch& launch, cudaStream_t stream);
+void launch_fp4_grouped_gemm(const GroupedGemmArgs& args, const GemmLaunch& launch, cudaStream_t stream);
 
 // The split-K plan the launch will run with (plan/split_k.hpp), and why.
-plan::SplitKPlan decode_launch_k_splits(const DecodeGemmArgs& args, const DecodeLaunch& launch);
+plan::SplitKPlan gemm_launch_k_splits(const GroupedGemmArgs& args, const GemmLaunch& launch);
 
 // CTAs the launch will run: launch.grid, or as many as are resident at once
 // (whole clusters on tiles in clusters).
-int decode_launch_grid(const DecodeLaunch& launch);
+int gemm_launch_grid(const GemmLaunch& launch);
 
 // Dynamic shared memory the launch will use (the planner's figure).
-int64_t decode_launch_smem_bytes(const DecodeLaunch& launch);
+int64_t gemm_launch_smem_bytes(const GemmLaunch& launch);
 
 }  // namespace fp4moe::kernels

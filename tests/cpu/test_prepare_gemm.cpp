@@ -6,8 +6,8 @@
 #include <cstring>
 #include <random>
 
-#include "format/decode_pack.hpp"
-#include "format/prepare_decode.hpp"
+#include "format/gemm_pack.hpp"
+#include "format/prepare_gemm.hpp"
 #include "fp4moe/error.hpp"
 #include "fp4moe/format.hpp"
 
@@ -16,7 +16,7 @@ namespace {
 
 float bf16_bits_to_float(uint32_t bits16) { return bf16_to_float(static_cast<uint16_t>(bits16)); }
 
-TEST(PrepareDecode, UnpackGivesEveryCodeTimes2ToMinus126) {
+TEST(PrepareGemm, UnpackGivesEveryCodeTimes2ToMinus126) {
   for (int reg = 0; reg < 4; ++reg)
     for (int half = 0; half < 2; ++half)
       for (uint8_t code = 0; code < 16; ++code) {
@@ -39,7 +39,7 @@ TEST(PrepareDecode, UnpackGivesEveryCodeTimes2ToMinus126) {
 
 // Whole words (8 codes at once): every pattern half is its own code's value,
 // so no two codes' bits meet in one output bit.
-TEST(PrepareDecode, UnpackWholeWordsMatchTheirCodes) {
+TEST(PrepareGemm, UnpackWholeWordsMatchTheirCodes) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 20000; ++trial) {
     uint8_t codes[4][2];
@@ -64,7 +64,7 @@ TEST(PrepareDecode, UnpackWholeWordsMatchTheirCodes) {
   }
 }
 
-TEST(PrepareDecode, CodeBitsCoverTheWordOnce) {
+TEST(PrepareGemm, CodeBitsCoverTheWordOnce) {
   uint32_t seen = 0;
   for (const auto& reg : pack::kCodeBits)
     for (const auto& h : reg)
@@ -91,7 +91,7 @@ void expect_prepared_matches(Fp4Format f, uint64_t seed) {
     x[5] = 40.f;  // sets amax: the tiny rows fall into e4m3's subnormal range
     experts.push_back(quantize(f, x.data(), n, k));
   }
-  const PreparedExpertWeights p = prepare_decode_weights(experts);
+  const PreparedExpertWeights p = prepare_gemm_weights(experts);
   ASSERT_EQ(int64_t(p.weights.size()), 3 * n * k / 2);
   ASSERT_EQ(int64_t(p.scales.size()), 3 * n * k / 16);
   const uint32_t add = prepared_scale_exponent_add(f);
@@ -122,27 +122,27 @@ void expect_prepared_matches(Fp4Format f, uint64_t seed) {
   EXPECT_EQ(p.dequant_scale[0], pack::kAccumulatorFactor * experts[0].weight_scale_2);
 }
 
-TEST(PrepareDecode, Nvfp4RoundTripsThroughThePreparedLayout) { expect_prepared_matches(Fp4Format::nvfp4, 1); }
-TEST(PrepareDecode, Mxfp4RoundTripsThroughThePreparedLayout) { expect_prepared_matches(Fp4Format::mxfp4, 2); }
+TEST(PrepareGemm, Nvfp4RoundTripsThroughThePreparedLayout) { expect_prepared_matches(Fp4Format::nvfp4, 1); }
+TEST(PrepareGemm, Mxfp4RoundTripsThroughThePreparedLayout) { expect_prepared_matches(Fp4Format::mxfp4, 2); }
 
-TEST(PrepareDecode, BadShapesAreNamed) {
+TEST(PrepareGemm, BadShapesAreNamed) {
   std::vector<float> x(20 * 128, 1.f);
   const Fp4Matrix m = quantize_nvfp4(x.data(), 20, 128);
   try {
-    prepare_decode_weights(std::vector<Fp4Matrix>{m});
+    prepare_gemm_weights(std::vector<Fp4Matrix>{m});
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("N = 20"), std::string::npos) << e.what();
   }
   std::vector<float> y(16 * 96, 1.f);
-  EXPECT_THROW(prepare_decode_weights(std::vector<Fp4Matrix>{quantize_nvfp4(y.data(), 16, 96)}), Error);
+  EXPECT_THROW(prepare_gemm_weights(std::vector<Fp4Matrix>{quantize_nvfp4(y.data(), 16, 96)}), Error);
   std::vector<float> z(16 * 128, 1.f);
   const Fp4Matrix a = quantize_nvfp4(z.data(), 16, 128), b = quantize_mxfp4(z.data(), 16, 128);
-  EXPECT_THROW(prepare_decode_weights(std::vector<Fp4Matrix>{a, b}), Error);
-  EXPECT_THROW(prepare_decode_weights(std::vector<Fp4Matrix>{}), Error);
+  EXPECT_THROW(prepare_gemm_weights(std::vector<Fp4Matrix>{a, b}), Error);
+  EXPECT_THROW(prepare_gemm_weights(std::vector<Fp4Matrix>{}), Error);
 }
 
-TEST(PrepareDecode, StackRowsInterleaves) {
+TEST(PrepareGemm, StackRowsInterleaves) {
   std::vector<float> g(32 * 128), u(32 * 128);
   for (size_t i = 0; i < g.size(); ++i) g[i] = float(i % 7) - 3.f, u[i] = float(i % 5) - 2.f;
   Fp4Matrix gm = quantize_nvfp4(g.data(), 32, 128), um = quantize_nvfp4(u.data(), 32, 128);
@@ -162,12 +162,12 @@ TEST(PrepareDecode, StackRowsInterleaves) {
 namespace fp4moe {
 namespace {
 
-TEST(PrepareDecode, GatedWeightsInterleaveAndKeepBothGlobalScales) {
+TEST(PrepareGemm, GatedWeightsInterleaveAndKeepBothGlobalScales) {
   std::vector<float> g(32 * 128), u(32 * 128);
   for (size_t i = 0; i < g.size(); ++i) g[i] = float(int(i % 11) - 5), u[i] = 0.01f * float(int(i % 7) - 3);
   const std::vector<Fp4Matrix> gate = {quantize_nvfp4(g.data(), 32, 128)}, up = {quantize_nvfp4(u.data(), 32, 128)};
   ASSERT_NE(gate[0].weight_scale_2, up[0].weight_scale_2);
-  const PreparedExpertWeights p = prepare_gated_decode_weights(gate, up);
+  const PreparedExpertWeights p = prepare_gated_gemm_weights(gate, up);
   EXPECT_EQ(p.n, 64);
   EXPECT_EQ(p.scale_parts, 2);
   ASSERT_EQ(p.dequant_scale.size(), 2u);
@@ -180,7 +180,7 @@ TEST(PrepareDecode, GatedWeightsInterleaveAndKeepBothGlobalScales) {
     EXPECT_EQ(prepared_code(p, 0, 32 + 5, c), gate[0].code(16 + 5, c));
     EXPECT_EQ(prepared_code(p, 0, 48 + 5, c), up[0].code(16 + 5, c));
   }
-  EXPECT_THROW(prepare_gated_decode_weights(gate, std::vector<Fp4Matrix>{}), Error);
+  EXPECT_THROW(prepare_gated_gemm_weights(gate, std::vector<Fp4Matrix>{}), Error);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "plan/decode_plan.hpp"
+#include "plan/gemm_plan.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,10 +11,10 @@
 
 namespace fp4moe::plan {
 
-std::string decode_tile_name(int tile_index) {
-  FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumDecodeTiles,
-               "decode tile index " << tile_index << " is outside 0.." << kNumDecodeTiles - 1);
-  const DecodeTile& t = kDecodeTiles[tile_index];
+std::string gemm_tile_name(int tile_index) {
+  FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumGemmTiles,
+               "decode tile index " << tile_index << " is outside 0.." << kNumGemmTiles - 1);
+  const GemmTile& t = kGemmTiles[tile_index];
   std::ostringstream os;
   os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles << "_c" << t.ctas_per_sm
      << (t.warp_specialized ? (t.wgmma ? "_ws" : "_ws_sync") : t.wgmma ? "_wgmma" : "")
@@ -33,24 +33,24 @@ bool wgmma_switched_off() {
 
 }  // namespace
 
-DecodeTileFit fit_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request) {
-  FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumDecodeTiles,
-               "decode tile index " << tile_index << " is outside 0.." << kNumDecodeTiles - 1);
-  const DecodeSmemLayout L = decode_layout(tile_index);
-  const DecodeTile& t = L.tile;
-  DecodeTileFit f;
+GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request) {
+  FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumGemmTiles,
+               "decode tile index " << tile_index << " is outside 0.." << kNumGemmTiles - 1);
+  const GemmSmemLayout L = gemm_layout(tile_index);
+  const GemmTile& t = L.tile;
+  GemmTileFit f;
   f.capacity = budget.per_block_at(t.ctas_per_sm);
   f.auto_stages = L.stages_for(f.capacity, k);
   f.stages = stages_request > 0 ? stages_request : f.auto_stages;
   f.smem_bytes = L.total_bytes(f.stages);
-  using Why = DecodeTileFit::Why;
+  using Why = GemmTileFit::Why;
   if ((t.wgmma || t.warp_specialized) && budget.cc != 90) f.why = Why::needs_sm90;
   else if (t.wgmma && wgmma_switched_off()) f.why = Why::wgmma_switched_off;
   else if (n % t.bm != 0 || k % t.bk != 0) f.why = Why::does_not_divide;
   else if ((n / t.bm) % t.cluster_n != 0) f.why = Why::odd_cluster_tiles;
   else if (t.warp_specialized && (!weight_tma_geometry(1, n, k, t).valid() || !scale_tma_geometry(1, n, k, t).valid()))
     f.why = Why::tensor_map;
-  else if (f.stages < DecodeSmemLayout::kMinStages) f.why = Why::too_few_stages;
+  else if (f.stages < GemmSmemLayout::kMinStages) f.why = Why::too_few_stages;
   else if (f.stages > t.max_stages || f.stages > k / t.bk + 1) f.why = Why::too_many_stages;
   else if (f.smem_bytes > f.capacity) f.why = Why::over_capacity;
   else f.why = Why::fits;
@@ -58,18 +58,18 @@ DecodeTileFit fit_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBu
   return f;
 }
 
-SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request) {
-  const DecodeTileFit f = fit_decode_tile(tile_index, n, k, budget, stages_request);
-  const std::string name = decode_tile_name(tile_index);
-  const DecodeSmemLayout L = decode_layout(tile_index);
-  const DecodeTile& t = L.tile;
+SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request) {
+  const GemmTileFit f = fit_gemm_tile(tile_index, n, k, budget, stages_request);
+  const std::string name = gemm_tile_name(tile_index);
+  const GemmSmemLayout L = gemm_layout(tile_index);
+  const GemmTile& t = L.tile;
   const int64_t capacity = f.capacity;
   SmemPlan p;
   p.kernel = "decode";
   p.config = name;
   p.capacity = capacity;
   p.per_stage = L.smem_bytes_per_stage();
-  p.min_stages = DecodeSmemLayout::kMinStages;
+  p.min_stages = GemmSmemLayout::kMinStages;
   p.max_stages = t.max_stages;
   p.threads = t.threads();
   p.ctas_per_sm = t.ctas_per_sm;
@@ -113,7 +113,7 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   };
 
   std::ostringstream why;
-  using Why = DecodeTileFit::Why;
+  using Why = GemmTileFit::Why;
   if (capacity < budget.optin_per_block)
     why << "occupancy target " << t.ctas_per_sm << " CTAs/SM: per-block budget " << budget.per_sm << " / "
         << t.ctas_per_sm << " - " << budget.reserved_per_block << " = " << capacity << " of the "
@@ -149,10 +149,10 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
                                   std::to_string(L.stages_for(budget.per_block_at(c), k)) + " stages fit");
           break;
         }
-      for (int i = 0; i < kNumDecodeTiles; ++i) {
-        const DecodeTile& o = kDecodeTiles[i];
-        if (o.nt == t.nt && o.bk < t.bk && decode_layout(i).total_bytes(p.min_stages) <= budget.per_block_at(o.ctas_per_sm)) {
-          p.suggestions.push_back("tile " + decode_tile_name(i) + " (K stage " + std::to_string(o.bk) + ") fits");
+      for (int i = 0; i < kNumGemmTiles; ++i) {
+        const GemmTile& o = kGemmTiles[i];
+        if (o.nt == t.nt && o.bk < t.bk && gemm_layout(i).total_bytes(p.min_stages) <= budget.per_block_at(o.ctas_per_sm)) {
+          p.suggestions.push_back("tile " + gemm_tile_name(i) + " (K stage " + std::to_string(o.bk) + ") fits");
           break;
         }
       }
@@ -178,13 +178,13 @@ SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   return p;
 }
 
-SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request) {
-  SmemPlan p = plan_decode_tile(tile_index, n, k, budget_of(arch), stages_request);
+SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request) {
+  SmemPlan p = plan_gemm_tile(tile_index, n, k, budget_of(arch), stages_request);
   p.arch = std::string(arch.name);
   return p;
 }
 
-int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert, int64_t active_experts,
+int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert, int64_t active_experts,
                       int sm_count) {
   // Measured on the H200 (docs/kernels.md): the kernel is bound by the issue
   // rate of its dequantization, so resident warps beat wide token tiles; up to
@@ -217,11 +217,11 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
                                  Preferred{256, 144, 128, 2, 128, 112}, Preferred{256, 128, 128, 2, 128, 48},
                                  Preferred{256, 64, 64, 1, 256, 0}, Preferred{256, 64, 64, 1, 128, 0}}) {
       if (tokens_per_expert < want.from_tokens_per_expert || (want.bm == 128 && !few_items)) continue;
-      for (int i = 0; i < kNumDecodeTiles; ++i) {
-        const DecodeTile& t = kDecodeTiles[i];
+      for (int i = 0; i < kNumGemmTiles; ++i) {
+        const GemmTile& t = kGemmTiles[i];
         if (t.warp_specialized && t.wgmma && t.bm == want.bm && t.nt == want.nt && t.chunk() == want.chunk &&
             t.warp_m_tiles == want.warp_m_tiles && t.bk == want.bk && t.cluster_n == 1 &&
-            fit_decode_tile(i, n, k, capacity).fits)
+            fit_gemm_tile(i, n, k, capacity).fits)
           return i;
       }
     }
@@ -229,10 +229,10 @@ int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double t
   const int want_nt = tokens_per_expert <= 6 ? 8 : tokens_per_expert <= 12 ? 16 : 32;
   int best = -1;
   double best_score = -1e300;
-  for (int i = 0; i < kNumDecodeTiles; ++i) {
-    const DecodeTileFit p = fit_decode_tile(i, n, k, capacity);
+  for (int i = 0; i < kNumGemmTiles; ++i) {
+    const GemmTileFit p = fit_gemm_tile(i, n, k, capacity);
     if (!p.fits) continue;
-    const DecodeTile& t = kDecodeTiles[i];
+    const GemmTile& t = kGemmTiles[i];
     if (t.wgmma) continue;  // below ~24 tokens per expert only the tuner picks warpgroup-MMA tiles
     const double chunks = double(t.chunks_of(int64_t(std::ceil(std::max(1.0, tokens_per_expert)))));
     const double items = double(active_experts) * chunks * double(n / t.bm);

@@ -39,7 +39,7 @@
 #include "kernels/mma_sm80.cuh"
 #include "kernels/split_k_reduce.cuh"
 #include "kernels/wgmma_sm90.cuh"
-#include "plan/decode_layout.hpp"
+#include "plan/gemm_layout.hpp"
 #include "plan/split_k.hpp"
 #include "plan/tma_geometry.hpp"
 #include "runtime/cuda_check.hpp"
@@ -48,15 +48,15 @@ namespace fp4moe::kernels {
 namespace {
 
 using namespace detail;
-using plan::DecodeSmemLayout;
+using plan::GemmSmemLayout;
 
 template <int TileIndex>
-__global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan::kDecodeTiles[TileIndex].ctas_per_sm)
-    grouped_gemm_ws_kernel(const KernelParams p, const __grid_constant__ TensorMaps maps) {
+__global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::kGemmTiles[TileIndex].ctas_per_sm)
+    fp4_grouped_gemm_ws_kernel(const KernelParams p, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];
+  constexpr plan::GemmTile T = plan::kGemmTiles[TileIndex];
   static_assert(T.warp_specialized);
-  constexpr DecodeSmemLayout L{T};
+  constexpr GemmSmemLayout L{T};
   constexpr int kConsumerWarps = T.consumer_warpgroups() * 4;
   constexpr int kMB = T.warp_m_tiles;  // m64 blocks per consumer warpgroup
   constexpr int kRowGroups = T.bm / 16;
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
   // Stages of this CTA's first item whose weights and scales the producer asks
   // for before the previous kernel has finished (weights are never written; the
   // schedule may be read early when the offsets were final before that kernel
-  // started: DecodeGemmArgs::offsets_ready_at_launch). Ring slots 0.. in order.
+  // started: GroupedGemmArgs::offsets_ready_at_launch). Ring slots 0.. in order.
   auto early_stages = [&] {
     if (!p.offsets_ready_at_launch || p.debug_mode == 2 || first_item() >= total_items()) return 0;
     const int parts = splits();
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     }
   };
   // f.template operator()<S>() for S == slot_now: slots run below the tile's most stages,
-  // to which the planner holds every launch's stage count (plan_decode_tile)
+  // to which the planner holds every launch's stage count (plan_gemm_tile)
   auto with_constant_slot = [&](int slot_now, auto&& f) {
     [&]<int... S>(std::integer_sequence<int, S...>) {
       ((slot_now == S ? (f.template operator()<S>(), 0) : 0), ...);
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
     // item, around the whole pipeline: a branch around each wgmma would make
     // ptxas serialize them (C7520).
     auto k_loop = [&]<int NU>() {
-      constexpr plan::DecodeTile T = plan::kDecodeTiles[TileIndex];  // a constant inside the lambda too
+      constexpr plan::GemmTile T = plan::kGemmTiles[TileIndex];  // a constant inside the lambda too
       const int parts = kRecomputeItem ? splits() : parts_kept;
       const int kt0 = kt_begin(it % parts, parts), kt1 = kt_begin(it % parts + 1, parts);
       for (int kt = kt0; kt < kt1; ++kt) {
@@ -471,7 +471,7 @@ __global__ void __launch_bounds__(plan::kDecodeTiles[TileIndex].threads(), plan:
 template <int I>
 struct WarpSpecializedKernel {
   static constexpr KernelFn pick() {
-    if constexpr (plan::kDecodeTiles[I].warp_specialized) return &grouped_gemm_ws_kernel<I>;
+    if constexpr (plan::kGemmTiles[I].warp_specialized) return &fp4_grouped_gemm_ws_kernel<I>;
     else return nullptr;
   }
   static constexpr KernelFn fn = pick();
@@ -481,7 +481,7 @@ constexpr auto kWsKernels = tile_kernel_table<WarpSpecializedKernel>();
 }  // namespace
 
 KernelFn ws_kernel(int tile) {
-  FP4MOE_CHECK(tile >= 0 && tile < plan::kNumDecodeTiles && kWsKernels[static_cast<size_t>(tile)],
+  FP4MOE_CHECK(tile >= 0 && tile < plan::kNumGemmTiles && kWsKernels[static_cast<size_t>(tile)],
                "tile " << tile << " is not a warp-specialized tile");
   return kWsKernels[static_cast<size_t>(tile)];
 }
@@ -526,7 +526,7 @@ CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t 
 namespace {
 
 CUtensorMap encode_prepared_bytes(const uint8_t* base, const plan::TmaGeometry& g, const char* what, int64_t n, int64_t k,
-                                  const plan::DecodeTile& t) {
+                                  const plan::GemmTile& t) {
   FP4MOE_CHECK(g.valid(), what << " tensor map: N = " << n << ", K = " << k << " with a " << t.bm << " x " << t.bk
                                << " tile gives a box the tensor memory accelerator cannot copy");
   cuuint64_t dims[3], strides[2];
@@ -539,11 +539,11 @@ CUtensorMap encode_prepared_bytes(const uint8_t* base, const plan::TmaGeometry& 
 
 }  // namespace
 
-CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64_t n, int64_t k, const plan::DecodeTile& t) {
+CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64_t n, int64_t k, const plan::GemmTile& t) {
   return encode_prepared_bytes(weights, plan::weight_tma_geometry(num_experts, n, k, t), "prepared weights", n, k, t);
 }
 
-CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, const plan::DecodeTile& t) {
+CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, const plan::GemmTile& t) {
   return encode_prepared_bytes(scales, plan::scale_tma_geometry(num_experts, n, k, t), "prepared block scales", n, k, t);
 }
 

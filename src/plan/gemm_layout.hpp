@@ -1,8 +1,8 @@
 // The decode grouped GEMM's tile configurations and shared-memory layout.
 //
-// This header is the one source of truth: the kernel (src/kernels/decode_grouped_gemm.cu)
-// allocates its dynamic shared memory from DecodeSmemLayout, and the planner
-// (src/plan/decode_plan.cpp) reports the same terms. Host and device compile it.
+// This header is the one source of truth: the kernel (src/kernels/fp4_grouped_gemm.cu)
+// allocates its dynamic shared memory from GemmSmemLayout, and the planner
+// (src/plan/gemm_plan.cpp) reports the same terms. Host and device compile it.
 //
 // The kernel computes Y^T = W * X^T ("swap AB"): weight rows fill the MMA's
 // M dimension, the few tokens of an expert fill N. One CTA owns `bm` weight
@@ -19,7 +19,7 @@ constexpr int64_t token_chunks(int64_t rows, int chunk, int max_rows) {
   return rows <= 0 ? 0 : rows <= max_rows ? 1 : (rows - max_rows + chunk - 1) / chunk + 1;
 }
 
-struct DecodeTile {
+struct GemmTile {
   int bm;           // weight rows (output features) per CTA; 16 * warp_m_tiles per warp
   int nt;           // token columns per CTA (multiple of 8)
   int bk;           // K elements per pipeline stage (multiple of 128)
@@ -29,7 +29,7 @@ struct DecodeTile {
   bool wgmma = false;  // Hopper warpgroup MMA (sm_90a only): 4 warps x 16 rows = m64, tokens = n
   // Warp-specialized (sm_90a only): one producer warpgroup fills the stages with
   // tensor copies (rows in expert order; gathered rows are copied so first) on mbarriers, consumer
-  // warpgroups dequantize and multiply (src/kernels/grouped_gemm_ws_sm90.cu):
+  // warpgroups dequantize and multiply (src/kernels/fp4_fp4_grouped_gemm_ws_sm90.cu):
   // with wgmma (m64 x nt per warpgroup) or, without, mma.sync (m16 x n8 per warp).
   bool warp_specialized = false;
   // Rows of an expert's token chunks when below nt (0: nt). The expert's last
@@ -68,7 +68,7 @@ struct DecodeTile {
 // planner plans it, the tuner times it and the tests check it. Append to extend.
 // The kernel is bound by instruction issue (dequantization), not by bytes in
 // flight, so most tiles trade pipeline depth for resident warps (ctas_per_sm).
-inline constexpr DecodeTile kDecodeTiles[] = {
+inline constexpr GemmTile kGemmTiles[] = {
     {128, 8, 256, 1, 4, 3},   // 1..8 tokens per expert, 24 warps per SM
     {128, 16, 256, 1, 4, 2},  // 9..16 (3 CTAs/SM would cap registers below its need)
     {128, 32, 256, 1, 4, 2},  // 17..32
@@ -122,20 +122,20 @@ inline constexpr DecodeTile kDecodeTiles[] = {
     {256, 144, 128, 2, 3, 1, true, true, 136, 2},
     // Three CTAs per SM: at one token GLM-5's GEMM2 (384 items of 128 rows) runs in one round
     // instead of two (1.13x); at single-token experts over many rounds 1.02x to 1.06x. Elsewhere
-    // slower: rank_decode_tiles says where the ranking takes it.
+    // slower: rank_gemm_tiles says where the ranking takes it.
     {128, 8, 256, 1, 3, 3, false, true},
 };
-inline constexpr int kNumDecodeTiles = sizeof(kDecodeTiles) / sizeof(kDecodeTiles[0]);
+inline constexpr int kNumGemmTiles = sizeof(kGemmTiles) / sizeof(kGemmTiles[0]);
 
-// Prepared weight layout granules (see src/format/decode_pack.hpp).
+// Prepared weight layout granules (see src/format/gemm_pack.hpp).
 inline constexpr int kWeightGranuleK = 64;    // one 16-byte load per lane covers k64 of 2 rows
 inline constexpr int kScaleGranuleK = 128;    // one 16-byte scale load per lane quad covers k128
 inline constexpr int kSmemAlign = 128;
 
 constexpr int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
-struct DecodeSmemLayout {
-  DecodeTile tile;
+struct GemmSmemLayout {
+  GemmTile tile;
 
   // --- one pipeline stage ---
   constexpr int64_t weight_bytes_per_stage() const { return int64_t(tile.bm) * tile.bk / 2; }
@@ -211,17 +211,17 @@ struct DecodeSmemLayout {
   static constexpr int kMinStages = 2;
 };
 
-constexpr DecodeSmemLayout decode_layout(int tile_index) { return DecodeSmemLayout{kDecodeTiles[tile_index]}; }
+constexpr GemmSmemLayout gemm_layout(int tile_index) { return GemmSmemLayout{kGemmTiles[tile_index]}; }
 
 // Compile-time sanity of the list.
-constexpr bool decode_tiles_valid() {
-  for (const DecodeTile& t : kDecodeTiles) {
+constexpr bool gemm_tiles_valid() {
+  for (const GemmTile& t : kGemmTiles) {
     if (t.nt % 8 || t.bk % kScaleGranuleK || t.bm % (16 * t.warp_m_tiles) || t.warps() < 1 || t.warps() > 16) return false;
     if (t.nt % (2 * 8) && t.nt != 8) return false;  // ldmatrix.x4 covers two n8 tiles
     // chunks below nt: warp-specialized wgmma tiles, whose narrowed K loops run chunk / 2 (in 16s) and chunk columns
     if (t.chunk() > t.nt || (t.chunk() < t.nt && (!t.wgmma || !t.warp_specialized || t.chunk() % 8 || t.chunk() < 64)))
       return false;
-    if (t.ctas_per_sm < 1 || t.max_stages < DecodeSmemLayout::kMinStages || t.max_stages > 8) return false;
+    if (t.ctas_per_sm < 1 || t.max_stages < GemmSmemLayout::kMinStages || t.max_stages > 8) return false;
     // clusters: warp-specialized wgmma tiles without split-K (both CTAs walk the same items and K
     // stages), whose stage's 64-k activation atoms divide among the cluster's CTAs
     if (t.cluster_n < 1 || t.cluster_n > 2) return false;
@@ -237,12 +237,12 @@ constexpr bool decode_tiles_valid() {
       if (t.warp_m_tiles < 1 || t.warp_m_tiles > 2 || t.bm % (64 * t.warp_m_tiles) || t.bk % 64) return false;
       if (t.consumer_warpgroups() < 1 || t.consumer_warpgroups() > 4) return false;
       if (t.nt != 8 && t.nt != 16 && t.nt != 32 && t.nt != 64 && t.nt != 128 && !(t.wgmma && t.nt == 144)) return false;
-      if (t.nt % DecodeSmemLayout{t}.epilogue_tokens()) return false;  // the epilogue's passes cover nt exactly
+      if (t.nt % GemmSmemLayout{t}.epilogue_tokens()) return false;  // the epilogue's passes cover nt exactly
       if (!t.wgmma && t.warp_m_tiles * t.nt > 128) return false;  // mma.sync accumulators: at most 64 per thread
     }
   }
   return true;
 }
-static_assert(decode_tiles_valid(), "kDecodeTiles holds a tile the kernel cannot run");
+static_assert(gemm_tiles_valid(), "kGemmTiles holds a tile the kernel cannot run");
 
 }  // namespace fp4moe::plan

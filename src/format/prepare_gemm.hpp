@@ -10,7 +10,7 @@
 namespace fp4moe {
 
 // One projection (e.g. all experts' W13 or W2) in the decode layout of
-// src/format/decode_pack.hpp. Scales are prepared UE5M3 bytes (decode_pack.hpp),
+// src/format/gemm_pack.hpp. Scales are prepared UE5M3 bytes (gemm_pack.hpp),
 // one per 16 columns for both formats (MXFP4's per-32 scale is written twice).
 struct PreparedExpertWeights {
   Fp4Format format = Fp4Format::nvfp4;
@@ -26,15 +26,15 @@ struct PreparedExpertWeights {
 
 // All experts must share format and shape; N a multiple of 16, K of 128.
 // Throws fp4moe::Error naming the expert and the bad value.
-PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts);
-PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix* const> experts);
+PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix> experts);
+PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix* const> experts);
 
 // GEMM1 of an MoE layer: each expert's gate and up [I, H] interleaved in blocks
 // of 16 rows (gate rows 0-15, up rows 0-15, gate rows 16-31, ...) so one tile
 // holds matching gate and up rows for the SwiGLU epilogue; each keeps its own
 // global scale (scale_parts = 2), exactly.
-PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up);
-PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix* const> gate,
+PreparedExpertWeights prepare_gated_gemm_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up);
+PreparedExpertWeights prepare_gated_gemm_weights(std::span<const Fp4Matrix* const> gate,
                                                    std::span<const Fp4Matrix* const> up);
 
 // Stack several matrices of one expert along N. Row blocks of `interleave` rows
@@ -55,7 +55,7 @@ inline constexpr int16_t kPreparedScaleZero = -2;
 inline constexpr int16_t kPreparedScaleOutOfRange = -1;
 std::array<int16_t, 256> prepared_scale_table(Fp4Format f);
 
-// The kernel's scale-operand constant for a format (decode_pack.hpp).
+// The kernel's scale-operand constant for a format (gemm_pack.hpp).
 uint32_t prepared_scale_exponent_add(Fp4Format f);
 
 }  // namespace fp4moe

@@ -1,21 +1,21 @@
-// Planning fp4moe's decode grouped GEMM tiles (layout: decode_layout.hpp).
+// Planning fp4moe's decode grouped GEMM tiles (layout: gemm_layout.hpp).
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "plan/arch.hpp"
-#include "plan/decode_layout.hpp"
+#include "plan/gemm_layout.hpp"
 #include "plan/smem_plan.hpp"
 
 namespace fp4moe::plan {
 
-std::string decode_tile_name(int tile_index);
+std::string gemm_tile_name(int tile_index);
 
 // The planner's verdict alone, without the text: whether tile `tile_index`
 // fits a [N, K] weight on `budget`, with how many stages (stages_request 0:
 // the planner's stage rule, docs/planner.md; a positive value is checked as
-// given). Every launch checks this; plan_decode_tile explains it.
-struct DecodeTileFit {
+// given). Every launch checks this; plan_gemm_tile explains it.
+struct GemmTileFit {
   enum class Why { fits, needs_sm90, wgmma_switched_off, does_not_divide, odd_cluster_tiles, tensor_map, too_few_stages,
                    too_many_stages, over_capacity };
   Why why = Why::fits;
@@ -23,19 +23,19 @@ struct DecodeTileFit {
   int stages = 0, auto_stages = 0;
   int64_t smem_bytes = 0, capacity = 0;
 };
-DecodeTileFit fit_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request = 0);
+GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request = 0);
 
 // The verdict with every shared-memory term and the explanation, for the CLI,
 // describe() and errors.
 // A shape the tile cannot divide is a verdict (fits = false), not an error;
 // a tile index outside the list is an fp4moe::Error.
-SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request = 0);
-SmemPlan plan_decode_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request = 0);
+SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request = 0);
+SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request = 0);
 
 // The planner's default ranking for a problem: the fitting tile whose token
 // tile best covers `tokens_per_expert` with enough work items to fill `sm_count` SMs.
 // Returns -1 when no tile fits (every plan's explanation says why).
-int rank_decode_tiles(int64_t n, int64_t k, const SmemBudget& budget, double tokens_per_expert, int64_t active_experts,
+int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& budget, double tokens_per_expert, int64_t active_experts,
                       int sm_count);
 
 }  // namespace fp4moe::plan

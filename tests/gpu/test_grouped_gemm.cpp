@@ -8,13 +8,13 @@
 #include <numeric>
 #include <tuple>
 
-#include "format/prepare_decode.hpp"
+#include "format/prepare_gemm.hpp"
 #include "fp4moe/reference.hpp"
 #include "gpu_reference.hpp"
 #include "gpu_test_util.hpp"
-#include "kernels/decode_grouped_gemm.hpp"
+#include "kernels/fp4_grouped_gemm.hpp"
 #include "kernels/routing_kernels.hpp"
-#include "plan/decode_plan.hpp"
+#include "plan/gemm_plan.hpp"
 #include "plan/split_k.hpp"
 #include "reference/detail.hpp"
 #include "runtime/device_buffer.hpp"
@@ -46,10 +46,10 @@ enum class Rows {
 
 // A GEMM's arguments for prepared weights and activation rows on the device;
 // routing, outputs and row count are the caller's.
-kernels::DecodeGemmArgs weights_and_rows(const DeviceBuffer<uint8_t>& w, const DeviceBuffer<uint8_t>& s,
+kernels::GroupedGemmArgs weights_and_rows(const DeviceBuffer<uint8_t>& w, const DeviceBuffer<uint8_t>& s,
                                          const DeviceBuffer<float>& gs, Fp4Format format, int64_t experts, int64_t n,
                                          int64_t k, const DeviceBuffer<uint16_t>& x) {
-  kernels::DecodeGemmArgs a;
+  kernels::GroupedGemmArgs a;
   a.weights = w.get();
   a.scales = s.get();
   a.dequant_scale = gs.get();
@@ -80,7 +80,7 @@ const ExpertSet& expert_set(Fp4Format format, int64_t n, int64_t k, int64_t E, u
   if (set) return *set;
   set = std::make_unique<ExpertSet>();
   set->experts = test::random_fp4_matrices(format, E, n, k, seed, [](int64_t e) { return 0.02f * float(1 + e % 3); });
-  const PreparedExpertWeights prepared = prepare_decode_weights(set->experts);
+  const PreparedExpertWeights prepared = prepare_gemm_weights(set->experts);
   set->weights.upload(prepared.weights);
   set->scales.upload(prepared.scales);
   set->dequant_scale.upload(prepared.dequant_scale);
@@ -115,16 +115,16 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   DeviceBuffer<int32_t> doff(offsets), dgather(gather);
   dy.fill_bytes(0xFF);  // bf16 NaN: every element must be overwritten
 
-  kernels::DecodeGemmArgs args = weights_and_rows(set.weights, set.scales, set.dequant_scale, format, E, n, k, dx);
+  kernels::GroupedGemmArgs args = weights_and_rows(set.weights, set.scales, set.dequant_scale, format, E, n, k, dx);
   args.gather = contiguous ? nullptr : dgather.get();
   args.permuted_rows = stop_at >= 0 ? stop_at : P;  // stop_at < P: a caller's P below expert_offsets[E]
   DeviceBuffer<uint16_t> workspace(size_t(std::max<int64_t>(P, 1) * k));
   args.gather_workspace = reinterpret_cast<__nv_bfloat16*>(workspace.get());
   args.expert_offsets = doff.get();
   args.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
-  kernels::DecodeLaunch launch;
+  kernels::GemmLaunch launch;
   launch.tile = tile;
-  launch.stages = plan::plan_decode_tile(tile, n, k, capacity).stages;
+  launch.stages = plan::plan_gemm_tile(tile, n, k, capacity).stages;
   // k_splits >= 0: with a split-K workspace (0: the planner's split, n: n parts)
   DeviceBuffer<int32_t> split_workspace(k_splits >= 0 ? size_t(plan::kSplitKWorkspaceBytes / 4) : 0);
   CaseResult r;
@@ -135,10 +135,10 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
     args.split_workspace = split_workspace.get();
     args.split_workspace_bytes = int64_t(split_workspace.bytes());
     launch.k_splits = k_splits;
-    const plan::DecodeTile& t = plan::kDecodeTiles[tile];
+    const plan::GemmTile& t = plan::kGemmTiles[tile];
     int64_t chunks = 0;
     for (int c : counts) chunks += t.chunks_of(c);
-    const int planned = kernels::decode_launch_k_splits(args, launch).splits;
+    const int planned = kernels::gemm_launch_k_splits(args, launch).splits;
     r.effective_splits = chunks * (n / t.bm) * planned <= plan::SplitKWorkspace::slots(t, args.split_workspace_bytes) ? planned : 1;
   }
   // behind_another: each launch reads its schedule and starts loading weights
@@ -151,11 +151,11 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream_owner(stream, cudaStreamDestroy);
   auto launch_gemm = [&] {
     if (behind_another) {
-      kernels::DecodeGemmArgs first = args;
+      kernels::GroupedGemmArgs first = args;
       first.y = reinterpret_cast<__nv_bfloat16*>(decoy.get());
-      kernels::launch_decode_grouped_gemm(first, launch, stream);
+      kernels::launch_fp4_grouped_gemm(first, launch, stream);
     }
-    kernels::launch_decode_grouped_gemm(args, launch, stream);
+    kernels::launch_fp4_grouped_gemm(args, launch, stream);
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   };
   launch_gemm();
@@ -212,19 +212,19 @@ const std::vector<int> kCounts = {0, 1, 2, 3, 7, 8, 15, 16, 31, 33, 64, 65, 128,
 // The warp-specialized tiles the planner accepts for [n, k] on this device; on sm_90 at least one must.
 std::vector<int> warp_specialized_tiles(int64_t n, int64_t k, const plan::SmemBudget& budget) {
   std::vector<int> tiles;
-  for (int t = 0; t < plan::kNumDecodeTiles; ++t)
-    if (plan::kDecodeTiles[t].warp_specialized && plan::plan_decode_tile(t, n, k, budget).fits) tiles.push_back(t);
+  for (int t = 0; t < plan::kNumGemmTiles; ++t)
+    if (plan::kGemmTiles[t].warp_specialized && plan::plan_gemm_tile(t, n, k, budget).fits) tiles.push_back(t);
   if (budget.cc == 90) {
     EXPECT_FALSE(tiles.empty()) << "no warp-specialized tile fits this sm_90 device";
   }
   return tiles;
 }
 
-TEST(GpuDecodeGemm, EveryTileEveryTokenCount) {
+TEST(GpuGroupedGemm, EveryTileEveryTokenCount) {
   FP4MOE_REQUIRE_GPU();
   int ran = 0;
-  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
-    if (!plan::plan_decode_tile(tile, 256, 2048, device_capacity()).fits) {
+  for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
+    if (!plan::plan_gemm_tile(tile, 256, 2048, device_capacity()).fits) {
       // Refused before launch, with the planner's explanation.
       EXPECT_THROW(run_case(Fp4Format::nvfp4, 256, 2048, {1}, tile, device_capacity(), 1), Error);
       continue;
@@ -233,28 +233,28 @@ TEST(GpuDecodeGemm, EveryTileEveryTokenCount) {
     for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4}) {
       const CaseResult r = run_case(f, 256, 2048, kCounts, tile, device_capacity(), 11 + tile, Rows::gathered, -1, -1, false,
                                     /*weight_seed=*/11);
-      EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " " << to_string(f);
-      EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " " << to_string(f);
-      EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::decode_tile_name(tile) << " " << to_string(f);
-      std::printf("  %-22s %-5s rel err %.3e\n", plan::decode_tile_name(tile).c_str(), to_string(f), r.rel_err);
+      EXPECT_EQ(r.unwritten, 0) << plan::gemm_tile_name(tile) << " " << to_string(f);
+      EXPECT_LT(r.rel_err, 1e-2) << plan::gemm_tile_name(tile) << " " << to_string(f);
+      EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::gemm_tile_name(tile) << " " << to_string(f);
+      std::printf("  %-22s %-5s rel err %.3e\n", plan::gemm_tile_name(tile).c_str(), to_string(f), r.rel_err);
     }
-    if (plan::kDecodeTiles[tile].warp_specialized)
+    if (plan::kGemmTiles[tile].warp_specialized)
     {
       const CaseResult r = run_case(Fp4Format::nvfp4, 256, 2048, kCounts, tile, device_capacity(), 19 + tile, Rows::contiguous,
                                     -1, -1, false, /*weight_seed=*/19);
-      EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " contiguous rows";
-      EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " contiguous rows";
-      EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::decode_tile_name(tile) << " contiguous rows";
-      std::printf("  %-22s contiguous rel err %.3e\n", plan::decode_tile_name(tile).c_str(), r.rel_err);
+      EXPECT_EQ(r.unwritten, 0) << plan::gemm_tile_name(tile) << " contiguous rows";
+      EXPECT_LT(r.rel_err, 1e-2) << plan::gemm_tile_name(tile) << " contiguous rows";
+      EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::gemm_tile_name(tile) << " contiguous rows";
+      std::printf("  %-22s contiguous rel err %.3e\n", plan::gemm_tile_name(tile).c_str(), r.rel_err);
     }
   }
-  EXPECT_GE(ran, plan::kNumDecodeTiles - 2) << "the planner rejects most decode tiles on this GPU";
+  EXPECT_GE(ran, plan::kNumGemmTiles - 2) << "the planner rejects most decode tiles on this GPU";
 }
 
 // More experts than one pass of the schedule's prefix sum (256 per pass, 8 per lane):
 // the carry between passes, lanes past E, and runs of empty experts. One tile of each
 // kernel (all-warps, warp-specialized mma.sync, warpgroup MMA) where it fits.
-TEST(GpuDecodeGemm, ScheduleOfMoreExpertsThanOnePrefixPass) {
+TEST(GpuGroupedGemm, ScheduleOfMoreExpertsThanOnePrefixPass) {
   FP4MOE_REQUIRE_GPU();
   std::mt19937 rng(2026);
   std::vector<int> counts(601);
@@ -263,77 +263,77 @@ TEST(GpuDecodeGemm, ScheduleOfMoreExpertsThanOnePrefixPass) {
   int ran = 0;
   for (const int kind : {0, 1, 2}) {  // the first fitting tile of each kernel
     int tile = -1;
-    for (int i = 0; i < plan::kNumDecodeTiles && tile < 0; ++i) {
-      const plan::DecodeTile& t = plan::kDecodeTiles[i];
+    for (int i = 0; i < plan::kNumGemmTiles && tile < 0; ++i) {
+      const plan::GemmTile& t = plan::kGemmTiles[i];
       const int k = !t.warp_specialized ? 0 : t.wgmma ? 2 : 1;
-      if (k == kind && t.cluster_n == 1 && plan::plan_decode_tile(i, 256, 2048, device_capacity()).fits) tile = i;
+      if (k == kind && t.cluster_n == 1 && plan::plan_gemm_tile(i, 256, 2048, device_capacity()).fits) tile = i;
     }
     if (tile < 0) continue;  // (warp-specialized tiles: sm_90 only)
     ++ran;
     const CaseResult r = run_case(Fp4Format::nvfp4, 256, 2048, counts, tile, device_capacity(), 77 + tile);
-    EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile);
-    EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile);
-    EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::decode_tile_name(tile);
-    std::printf("  %-22s %zu experts rel err %.3e\n", plan::decode_tile_name(tile).c_str(), counts.size(), r.rel_err);
+    EXPECT_EQ(r.unwritten, 0) << plan::gemm_tile_name(tile);
+    EXPECT_LT(r.rel_err, 1e-2) << plan::gemm_tile_name(tile);
+    EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::gemm_tile_name(tile);
+    std::printf("  %-22s %zu experts rel err %.3e\n", plan::gemm_tile_name(tile).c_str(), counts.size(), r.rel_err);
   }
   EXPECT_GE(ran, 1);
 }
 
-TEST(GpuDecodeGemm, ModelShapes) {
+TEST(GpuGroupedGemm, ModelShapes) {
   FP4MOE_REQUIRE_GPU();
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{2048, 6144}, {4096, 6144}, {6144, 2048},
                                                            {7168, 2048}, {256, 7168}, {7168, 7168}};
   const std::vector<int> counts = {1, 16, 0, 33, 64};
   for (auto [n, k] : shapes) {
-    const int tile = plan::rank_decode_tiles(n, k, device_capacity(), 20.0, 4, 132);
+    const int tile = plan::rank_gemm_tiles(n, k, device_capacity(), 20.0, 4, 132);
     ASSERT_GE(tile, 0);
     const CaseResult r = run_case(Fp4Format::nvfp4, n, k, counts, tile, device_capacity(), uint64_t(n + k));
     EXPECT_EQ(r.unwritten, 0) << n << "x" << k;
     EXPECT_LT(r.rel_err, 1e-2) << n << "x" << k;
     EXPECT_LT(r.worst_row_rel_err, 1e-2) << n << "x" << k;
-    std::printf("  N %5lld K %5lld %-22s rel err %.3e\n", (long long)n, (long long)k, plan::decode_tile_name(tile).c_str(), r.rel_err);
+    std::printf("  N %5lld K %5lld %-22s rel err %.3e\n", (long long)n, (long long)k, plan::gemm_tile_name(tile).c_str(), r.rel_err);
   }
 }
 
-TEST(GpuDecodeGemm, Sm120PlanOnThisGpu) {
+TEST(GpuGroupedGemm, Sm120PlanOnThisGpu) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget kSm120 = plan::budget_of(plan::find_arch("sm_120"));
   int ran = 0;
-  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
-    const plan::SmemPlan p = plan::plan_decode_tile(tile, 2048, 2048, kSm120);
+  for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
+    const plan::SmemPlan p = plan::plan_gemm_tile(tile, 2048, 2048, kSm120);
     if (!p.fits) continue;
     ASSERT_LE(p.smem_bytes, kSm120.optin_per_block);
     const CaseResult r = run_case(Fp4Format::nvfp4, 2048, 2048, {3, 0, 64, 17, 1}, tile, kSm120, 99 + tile);
-    EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile);
-    EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile);
-    EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::decode_tile_name(tile);
-    std::printf("  sm_120 plan %-22s %d stages %lld bytes rel err %.3e\n", plan::decode_tile_name(tile).c_str(), p.stages,
+    EXPECT_EQ(r.unwritten, 0) << plan::gemm_tile_name(tile);
+    EXPECT_LT(r.rel_err, 1e-2) << plan::gemm_tile_name(tile);
+    EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::gemm_tile_name(tile);
+    std::printf("  sm_120 plan %-22s %d stages %lld bytes rel err %.3e\n", plan::gemm_tile_name(tile).c_str(), p.stages,
                 (long long)p.smem_bytes, r.rel_err);
     ++ran;
   }
   EXPECT_GE(ran, 1) << "no decode tile fits the sm_120 budget";
 }
 
-TEST(GpuDecodeGemm, SkewedRoutingManyExperts) {
+TEST(GpuGroupedGemm, SkewedRoutingManyExperts) {
   FP4MOE_REQUIRE_GPU();
   // Zipf-like: a few hot experts, a long tail of empty ones.
   std::vector<int> counts(64);
   for (int e = 0; e < 64; ++e) counts[size_t(e)] = e < 40 ? int(150 / (e + 1)) : 0;
-  const int tile = plan::rank_decode_tiles(512, 2048, device_capacity(), 8.0, 40, 132);
+  const int tile = plan::rank_gemm_tiles(512, 2048, device_capacity(), 8.0, 40, 132);
   const CaseResult r = run_case(Fp4Format::nvfp4, 512, 2048, counts, tile, device_capacity(), 5);
   EXPECT_EQ(r.unwritten, 0);
   EXPECT_LT(r.rel_err, 1e-2);
   EXPECT_LT(r.worst_row_rel_err, 1e-2);
 }
 
-TEST(GpuDecodeGemm, RejectsWhatThePlannerRejects) {
+TEST(GpuGroupedGemm, RejectsWhatThePlannerRejects) {
   FP4MOE_REQUIRE_GPU();
-  kernels::DecodeGemmArgs args;  // null pointers: refused before any launch
-  kernels::DecodeLaunch launch;
+  kernels::GroupedGemmArgs args;  // null pointers: refused before any launch
+  kernels::GemmLaunch launch;
   args.num_experts = 1, args.n = 256, args.k = 2048;
-  EXPECT_THROW(kernels::launch_decode_grouped_gemm(args, launch, nullptr), Error);
+  EXPECT_THROW(kernels::launch_fp4_grouped_gemm(args, launch, nullptr), Error);
   launch.tile = 99;
-  EXPECT_THROW(kernels::decode_launch_smem_bytes(launch), Error);
+  EXPECT_THROW(kernels::gemm_launch_smem_bytes(launch), Error);
   // A negative row count is named before anything is launched (the pointers are never dereferenced).
   static uint8_t dummy[16];
   args.weights = args.scales = dummy;
@@ -344,27 +344,27 @@ TEST(GpuDecodeGemm, RejectsWhatThePlannerRejects) {
   args.permuted_rows = -1;
   launch.tile = 0;
   try {
-    kernels::launch_decode_grouped_gemm(args, launch, nullptr);
+    kernels::launch_fp4_grouped_gemm(args, launch, nullptr);
     ADD_FAILURE() << "permuted_rows = -1 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("permuted_rows = -1"), std::string::npos) << e.what();
   }
   // A warp-specialized tile needs the row count for its tensor map, and a workspace for gathered rows.
-  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
-    if (!plan::kDecodeTiles[tile].warp_specialized || !plan::plan_decode_tile(tile, 256, 2048, device_capacity()).fits) continue;
+  for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
+    if (!plan::kGemmTiles[tile].warp_specialized || !plan::plan_gemm_tile(tile, 256, 2048, device_capacity()).fits) continue;
     args.permuted_rows = 0;
     launch.tile = tile;
     try {
-      kernels::launch_decode_grouped_gemm(args, launch, nullptr);
-      ADD_FAILURE() << "permuted_rows = 0 was accepted by " << plan::decode_tile_name(tile);
+      kernels::launch_fp4_grouped_gemm(args, launch, nullptr);
+      ADD_FAILURE() << "permuted_rows = 0 was accepted by " << plan::gemm_tile_name(tile);
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("needs permuted_rows"), std::string::npos) << e.what();
     }
     args.permuted_rows = 1;
     args.gather = reinterpret_cast<const int32_t*>(dummy);
     try {
-      kernels::launch_decode_grouped_gemm(args, launch, nullptr);
-      ADD_FAILURE() << "gathered rows without a workspace were accepted by " << plan::decode_tile_name(tile);
+      kernels::launch_fp4_grouped_gemm(args, launch, nullptr);
+      ADD_FAILURE() << "gathered rows without a workspace were accepted by " << plan::gemm_tile_name(tile);
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("gather_workspace"), std::string::npos) << e.what();
     }
@@ -381,20 +381,20 @@ namespace {
 // The warpgroup-MMA tiles (sm_90a) at prefill sizes: 65..4096 tokens per
 // expert, ragged counts (129..144 and 257..272: a chunk of 128 with up to 16
 // more rows on the tile whose last chunk takes them), both formats, and a GLM-5 shape.
-TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
+TEST(GpuGroupedGemm, WarpgroupTilesAtPrefillSizes) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   int ran = 0;
-  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
-    if (!plan::kDecodeTiles[tile].wgmma) continue;
-    const int64_t n0 = 256 * plan::kDecodeTiles[tile].cluster_n;  // (a cluster's CTAs take adjacent N tiles)
-    const plan::SmemPlan p = plan::plan_decode_tile(tile, n0, 2048, budget);
+  for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
+    if (!plan::kGemmTiles[tile].wgmma) continue;
+    const int64_t n0 = 256 * plan::kGemmTiles[tile].cluster_n;  // (a cluster's CTAs take adjacent N tiles)
+    const plan::SmemPlan p = plan::plan_gemm_tile(tile, n0, 2048, budget);
     if (!p.fits) {
       std::printf("  %s not run here: %s\n", p.config.c_str(), p.explanation.c_str());
       continue;
     }
     ++ran;
-    const plan::DecodeTile& t = plan::kDecodeTiles[tile];
+    const plan::GemmTile& t = plan::kGemmTiles[tile];
     // MXFP4 and the large shapes on the tiles meant for these sizes (64+ tokens), to keep the test short
     const bool prefill_tile = t.nt >= 64;
     for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4}) {
@@ -413,7 +413,7 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
     EXPECT_LT(big.rel_err, 1e-2) << p.config << " N 4096 K 6144";
     EXPECT_LT(big.worst_row_rel_err, 1e-2) << p.config << " N 4096 K 6144";
     std::printf("  %-30s N 4096 K 6144 rel err %.3e\n", p.config.c_str(), big.rel_err);
-    if (plan::kDecodeTiles[tile].warp_specialized) {
+    if (plan::kGemmTiles[tile].warp_specialized) {
       const CaseResult tma = run_case(Fp4Format::nvfp4, 6144, 2048, {257, 0, 1024, 65}, tile, budget, 78 + tile,
                                       Rows::contiguous, -1, -1, false, /*weight_seed=*/78);
       EXPECT_EQ(tma.unwritten, 0) << p.config;
@@ -431,18 +431,18 @@ TEST(GpuDecodeGemm, WarpgroupTilesAtPrefillSizes) {
 // K = 7168, N = 2048 and 7168, ragged counts from 65 rows. One shape per tile,
 // in turn, so every shape runs on some tile; tiles in clusters take N = K =
 // 7168 (28 N tiles, 14 clusters).
-TEST(GpuDecodeGemm, PrefillTilesAtTheOtherModelShapes) {
+TEST(GpuGroupedGemm, PrefillTilesAtTheOtherModelShapes) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   const std::pair<int64_t, int64_t> shapes[] = {{7168, 7168}, {2048, 7168}, {7168, 2048}};
   int ran = 0, prefill_tiles = 0;
-  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
-    const plan::DecodeTile& t = plan::kDecodeTiles[tile];
+  for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
+    const plan::GemmTile& t = plan::kGemmTiles[tile];
     if (!t.wgmma || !t.warp_specialized || t.nt < 128) continue;
     {
       const auto [n, k] = t.cluster_n > 1 ? shapes[0] : shapes[prefill_tiles % 3];
       ++prefill_tiles;
-      const plan::SmemPlan p = plan::plan_decode_tile(tile, n, k, budget);
+      const plan::SmemPlan p = plan::plan_gemm_tile(tile, n, k, budget);
       if (!p.fits) continue;
       ++ran;
       const CaseResult r = run_case(Fp4Format::nvfp4, n, k, {65, 0, 130, 281}, tile, budget, 5 + tile, Rows::contiguous, -1,
@@ -468,18 +468,18 @@ namespace {
 // Small enough for compute-sanitizer (memcheck, racecheck) on the warpgroup and
 // warp-specialized paths: two N tiles even for bm = 256, and fewer rows in x
 // than one activation box holds.
-TEST(GpuDecodeGemm, WarpgroupTilesSmallCase) {
+TEST(GpuGroupedGemm, WarpgroupTilesSmallCase) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
-  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
-    if (!plan::kDecodeTiles[tile].swizzled_activations() || !plan::plan_decode_tile(tile, 512, 256, budget).fits) continue;
+  for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
+    if (!plan::kGemmTiles[tile].swizzled_activations() || !plan::plan_gemm_tile(tile, 512, 256, budget).fits) continue;
     for (Rows m : {Rows::gathered, Rows::contiguous}) {
-      if (m != Rows::gathered && !plan::kDecodeTiles[tile].warp_specialized) continue;
+      if (m != Rows::gathered && !plan::kGemmTiles[tile].warp_specialized) continue;
       for (const std::vector<int>& counts : {std::vector<int>{65, 0, 3, 130, 270, 281}, std::vector<int>{3, 0, 2}}) {
         const CaseResult r = run_case(Fp4Format::nvfp4, 512, 256, counts, tile, budget, 5 + tile, m);
-        EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " rows " << int(m) << ", " << counts[0] << " rows first";
-        EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " rows " << int(m) << ", " << counts[0] << " rows first";
-        EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::decode_tile_name(tile) << " rows " << int(m) << ", " << counts[0] << " rows first";
+        EXPECT_EQ(r.unwritten, 0) << plan::gemm_tile_name(tile) << " rows " << int(m) << ", " << counts[0] << " rows first";
+        EXPECT_LT(r.rel_err, 1e-2) << plan::gemm_tile_name(tile) << " rows " << int(m) << ", " << counts[0] << " rows first";
+        EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::gemm_tile_name(tile) << " rows " << int(m) << ", " << counts[0] << " rows first";
       }
     }
   }
@@ -487,16 +487,16 @@ TEST(GpuDecodeGemm, WarpgroupTilesSmallCase) {
 
 // A caller whose P (permuted_rows) is below expert_offsets[E]: warp-specialized
 // tiles compute the rows before P and read or write nothing from P on.
-TEST(GpuDecodeGemm, WarpSpecializedTilesStopAtPermutedRows) {
+TEST(GpuGroupedGemm, WarpSpecializedTilesStopAtPermutedRows) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   for (int tile : warp_specialized_tiles(512, 256, budget)) {
     for (Rows m : {Rows::gathered, Rows::contiguous}) {
       const CaseResult r = run_case(Fp4Format::nvfp4, 512, 256, {65, 0, 3, 130}, tile, budget, 31 + tile, m, 100);
-      EXPECT_EQ(r.unwritten, 0) << plan::decode_tile_name(tile) << " rows " << int(m);
-      EXPECT_LT(r.rel_err, 1e-2) << plan::decode_tile_name(tile) << " rows " << int(m);
-      EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::decode_tile_name(tile) << " rows " << int(m);
-      EXPECT_EQ(r.written_past_stop, 0) << plan::decode_tile_name(tile) << " rows " << int(m);
+      EXPECT_EQ(r.unwritten, 0) << plan::gemm_tile_name(tile) << " rows " << int(m);
+      EXPECT_LT(r.rel_err, 1e-2) << plan::gemm_tile_name(tile) << " rows " << int(m);
+      EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::gemm_tile_name(tile) << " rows " << int(m);
+      EXPECT_EQ(r.written_past_stop, 0) << plan::gemm_tile_name(tile) << " rows " << int(m);
     }
   }
 }
@@ -518,15 +518,15 @@ void expect_split_sums_right(const CaseResult& r, const std::string& what) {
 // and as the planner splits them (one row per expert: few items, so it does),
 // against the reference; a second launch is bitwise the same (the parts are
 // summed in split order) and leaves every arrival counter at zero.
-TEST(GpuDecodeGemm, SplitKPartsSumInSplitOrder) {
+TEST(GpuGroupedGemm, SplitKPartsSumInSplitOrder) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   for (int tile : warp_specialized_tiles(512, 2048, budget)) {
     for (int splits : {0, 2, 3, 8}) {
-      if (splits > 1 && !plan::kDecodeTiles[tile].splits_k()) continue;  // refused (SplitKRejectsWhatItCannotRun)
+      if (splits > 1 && !plan::kGemmTiles[tile].splits_k()) continue;  // refused (SplitKRejectsWhatItCannotRun)
       for (const std::vector<int>& counts : {std::vector<int>{65, 0, 3, 130}, std::vector<int>{1, 1, 0, 1, 1, 1, 1, 1, 1}}) {
         const Rows m = splits == 3 ? Rows::contiguous : Rows::gathered;
-        const std::string what = plan::decode_tile_name(tile) + " k_splits " + std::to_string(splits) + ", " +
+        const std::string what = plan::gemm_tile_name(tile) + " k_splits " + std::to_string(splits) + ", " +
                                  std::to_string(counts.size()) + " experts";
         expect_split_sums_right(run_case(Fp4Format::nvfp4, 512, 2048, counts, tile, budget, 61 + tile, m, -1, splits), what);
       }
@@ -537,15 +537,15 @@ TEST(GpuDecodeGemm, SplitKPartsSumInSplitOrder) {
 // Small enough for compute-sanitizer: the split hand-over (slots, fence,
 // counter, the last CTA's sum) on one tile of each consumer kind, alone and
 // queued behind another launch, starting early (offsets_ready_at_launch).
-TEST(GpuDecodeGemm, SplitKSmallCase) {
+TEST(GpuGroupedGemm, SplitKSmallCase) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   for (const char* name : {"bm128_nt64_bk128_mt1_c1_ws", "bm128_nt8_bk256_mt1_c2_ws_sync"}) {
     int tile = -1;
-    for (int t = 0; t < plan::kNumDecodeTiles; ++t)
-      if (plan::decode_tile_name(t) == name) tile = t;
+    for (int t = 0; t < plan::kNumGemmTiles; ++t)
+      if (plan::gemm_tile_name(t) == name) tile = t;
     ASSERT_GE(tile, 0) << name;
-    if (!plan::plan_decode_tile(tile, 256, 512, budget).fits) continue;
+    if (!plan::plan_gemm_tile(tile, 256, 512, budget).fits) continue;
     for (bool behind_another : {false, true}) {
       const CaseResult r = run_case(Fp4Format::nvfp4, 256, 512, {3, 0, 70}, tile, budget, 8, Rows::gathered, -1, 2, behind_another);
       expect_split_sums_right(r, name);
@@ -557,15 +557,15 @@ TEST(GpuDecodeGemm, SplitKSmallCase) {
 // offsets_ready_at_launch: the schedule is read and the first stages' weights
 // requested before the previous launch has finished (dependent launch); with
 // and without split-K, gathered and contiguous rows, ragged and one-row experts.
-TEST(GpuDecodeGemm, EarlyStartBehindAnotherLaunch) {
+TEST(GpuGroupedGemm, EarlyStartBehindAnotherLaunch) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   for (int tile : warp_specialized_tiles(512, 2048, budget)) {
     for (int splits : {-1, 0, 3}) {
-      if (splits > 1 && !plan::kDecodeTiles[tile].splits_k()) continue;
+      if (splits > 1 && !plan::kGemmTiles[tile].splits_k()) continue;
       for (const std::vector<int>& counts : {std::vector<int>{65, 0, 3, 130}, std::vector<int>{1, 1, 0, 1, 1, 1, 1, 1, 1}}) {
         const Rows m = splits == 0 ? Rows::contiguous : Rows::gathered;
-        const std::string what = plan::decode_tile_name(tile) + " k_splits " + std::to_string(splits) + ", " +
+        const std::string what = plan::gemm_tile_name(tile) + " k_splits " + std::to_string(splits) + ", " +
                                  std::to_string(counts.size()) + " experts";
         const CaseResult r = run_case(Fp4Format::nvfp4, 512, 2048, counts, tile, budget, 91 + tile, m, -1, splits, true);
         EXPECT_LT(r.rel_err, 1e-2) << what;
@@ -582,7 +582,7 @@ TEST(GpuDecodeGemm, EarlyStartBehindAnotherLaunch) {
 // start, rows in order, as the layer's GEMM2) reads permute's offsets before
 // it waits for that GEMM. The offsets start zeroed (no rows): a read from
 // before permute completed would leave the output poisoned.
-TEST(GpuDecodeGemm, EarlyStartSeesOffsetsWrittenTwoLaunchesBack) {
+TEST(GpuGroupedGemm, EarlyStartSeesOffsetsWrittenTwoLaunchesBack) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
   const int64_t n = 256, k = 512, E = 8, T = 48, top_k = 2, P = T * top_k;
@@ -591,7 +591,7 @@ TEST(GpuDecodeGemm, EarlyStartSeesOffsetsWrittenTwoLaunchesBack) {
     const test::Bf16Matrix w = test::random_bf16(n * k, 500 + e, 0.02f);
     experts[size_t(e)] = quantize(Fp4Format::nvfp4, w.values.data(), n, k);
   }
-  const PreparedExpertWeights prepared = prepare_decode_weights(experts);
+  const PreparedExpertWeights prepared = prepare_gemm_weights(experts);
   const test::Bf16Matrix x = test::random_bf16(P * k, 77);  // rows already in expert order
   std::mt19937_64 rng(9);
   std::vector<int32_t> ids(static_cast<size_t>(P));
@@ -614,7 +614,7 @@ TEST(GpuDecodeGemm, EarlyStartSeesOffsetsWrittenTwoLaunchesBack) {
   const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream_owner(stream, cudaStreamDestroy);
 
   for (int tile : warp_specialized_tiles(n, k, budget)) {
-    const std::string name = plan::decode_tile_name(tile);
+    const std::string name = plan::gemm_tile_name(tile);
     dy.fill_bytes(0xFF);
     doff.fill_bytes(0);
     status.fill_bytes(0);
@@ -628,18 +628,18 @@ TEST(GpuDecodeGemm, EarlyStartSeesOffsetsWrittenTwoLaunchesBack) {
     pa.permuted_token = token.get();
     pa.pair_pos = pos.get();
     pa.status = status.get();
-    kernels::DecodeGemmArgs g = weights_and_rows(dw, ds, dgs, Fp4Format::nvfp4, E, n, k, dx);
+    kernels::GroupedGemmArgs g = weights_and_rows(dw, ds, dgs, Fp4Format::nvfp4, E, n, k, dx);
     g.permuted_rows = P;
     g.offsets_ready_at_launch = true;
-    kernels::DecodeGemmArgs first = g;
+    kernels::GroupedGemmArgs first = g;
     first.expert_offsets = ddecoy_off.get();
     first.y = reinterpret_cast<__nv_bfloat16*>(decoy.get());
     g.expert_offsets = doff.get();
     g.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
-    const kernels::DecodeLaunch launch{tile, plan::plan_decode_tile(tile, n, k, budget).stages, 0, 0, 1};
+    const kernels::GemmLaunch launch{tile, plan::plan_gemm_tile(tile, n, k, budget).stages, 0, 0, 1};
     kernels::launch_permute(pa, stream);
-    kernels::launch_decode_grouped_gemm(first, launch, stream);
-    kernels::launch_decode_grouped_gemm(g, launch, stream);
+    kernels::launch_fp4_grouped_gemm(first, launch, stream);
+    kernels::launch_fp4_grouped_gemm(g, launch, stream);
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
     const std::vector<int32_t> got_off = doff.download();
@@ -659,20 +659,20 @@ TEST(GpuDecodeGemm, EarlyStartSeesOffsetsWrittenTwoLaunchesBack) {
 }
 
 // Split-K is for warp-specialized tiles, within the K stages and the workspace: anything else is named.
-TEST(GpuDecodeGemm, SplitKRejectsWhatItCannotRun) {
+TEST(GpuGroupedGemm, SplitKRejectsWhatItCannotRun) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
-  for (int tile = 0; tile < plan::kNumDecodeTiles; ++tile) {
-    if (!plan::plan_decode_tile(tile, 512, 512, budget).fits) continue;
-    const std::string name = plan::decode_tile_name(tile);
+  for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
+    if (!plan::plan_gemm_tile(tile, 512, 512, budget).fits) continue;
+    const std::string name = plan::gemm_tile_name(tile);
     EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 512, {3, 1}, tile, budget, 3, Rows::gathered, -1, plan::kMaxKSplits + 1),
                  Error)
         << name;
-    if (!plan::kDecodeTiles[tile].splits_k()) {
+    if (!plan::kGemmTiles[tile].splits_k()) {
       EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 512, {3, 1}, tile, budget, 3, Rows::gathered, -1, 2), Error) << name;
       continue;
     }
-    const int stages = int(512 / plan::kDecodeTiles[tile].bk);  // 2 or 4: more parts than K stages
+    const int stages = int(512 / plan::kGemmTiles[tile].bk);  // 2 or 4: more parts than K stages
     EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 512, {3, 1}, tile, budget, 3, Rows::gathered, -1, stages + 1), Error) << name;
   }
 }

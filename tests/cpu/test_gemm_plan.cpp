@@ -5,7 +5,7 @@
 #include <tuple>
 
 #include "fp4moe/error.hpp"
-#include "plan/decode_plan.hpp"
+#include "plan/gemm_plan.hpp"
 #include "plan/tma_geometry.hpp"
 
 namespace fp4moe::plan {
@@ -18,24 +18,24 @@ int64_t sum_of_terms(const SmemPlan& p) {
   return s;
 }
 
-TEST(DecodePlan, TermsAddUpAndFitsMeansFits) {
+TEST(GemmPlan, TermsAddUpAndFitsMeansFits) {
   for (const Arch& arch : all_archs()) {
     const SmemBudget budget = budget_of(arch);
-    for (int i = 0; i < kNumDecodeTiles; ++i) {
+    for (int i = 0; i < kNumGemmTiles; ++i) {
       for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 6144}, {6144, 2048}, {7168, 7168}, {256, 2048}}) {
-        const SmemPlan p = plan_decode_tile(i, n, k, arch);
+        const SmemPlan p = plan_gemm_tile(i, n, k, arch);
         const std::string what = std::string(arch.name) + " " + p.config;
         EXPECT_EQ(sum_of_terms(p), p.smem_bytes) << what;
-        EXPECT_EQ(p.smem_bytes, decode_layout(i).total_bytes(p.stages)) << what;
-        EXPECT_EQ(p.capacity, budget.per_block_at(kDecodeTiles[i].ctas_per_sm)) << what;
+        EXPECT_EQ(p.smem_bytes, gemm_layout(i).total_bytes(p.stages)) << what;
+        EXPECT_EQ(p.capacity, budget.per_block_at(kGemmTiles[i].ctas_per_sm)) << what;
         if (p.fits) {
           EXPECT_LE(p.smem_bytes, p.capacity) << what;
           EXPECT_LE(p.smem_bytes, arch.smem_optin_per_block) << what;
-          EXPECT_GE(p.stages, DecodeSmemLayout::kMinStages) << what;
-          EXPECT_LE(p.stages, kDecodeTiles[i].max_stages) << what;
-          EXPECT_LE(p.stages, k / kDecodeTiles[i].bk + 1) << what;
+          EXPECT_GE(p.stages, GemmSmemLayout::kMinStages) << what;
+          EXPECT_LE(p.stages, kGemmTiles[i].max_stages) << what;
+          EXPECT_LE(p.stages, k / kGemmTiles[i].bk + 1) << what;
           // ctas_per_sm blocks together, each with its reservation, fit the SM.
-          EXPECT_LE((p.smem_bytes + arch.smem_reserved_per_block) * kDecodeTiles[i].ctas_per_sm, arch.smem_per_sm) << what;
+          EXPECT_LE((p.smem_bytes + arch.smem_reserved_per_block) * kGemmTiles[i].ctas_per_sm, arch.smem_per_sm) << what;
         } else {
           EXPECT_FALSE(p.explanation.empty()) << what;
         }
@@ -44,32 +44,32 @@ TEST(DecodePlan, TermsAddUpAndFitsMeansFits) {
   }
 }
 
-TEST(DecodePlan, EveryTargetHasAFittingTileForGlm5) {
+TEST(GemmPlan, EveryTargetHasAFittingTileForGlm5) {
   for (const Arch& arch : all_archs()) {
     for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 6144}, {6144, 2048}}) {
-      const int t = rank_decode_tiles(n, k, budget_of(arch), 4.0, 200, 132);
+      const int t = rank_gemm_tiles(n, k, budget_of(arch), 4.0, 200, 132);
       ASSERT_GE(t, 0) << arch.name;
-      EXPECT_TRUE(plan_decode_tile(t, n, k, arch).fits) << arch.name;
+      EXPECT_TRUE(plan_gemm_tile(t, n, k, arch).fits) << arch.name;
     }
   }
 }
 
-TEST(DecodePlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
+TEST(GemmPlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
   for (const Arch& arch : all_archs()) {
     for (double tpe : {4.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0}) {
-      const int t = rank_decode_tiles(4096, 6144, budget_of(arch), tpe, 256, 132);
+      const int t = rank_gemm_tiles(4096, 6144, budget_of(arch), tpe, 256, 132);
       ASSERT_GE(t, 0) << arch.name << " " << tpe;
       // sm_90: warp-specialized at every size, with warpgroup MMA from 24 tokens per expert:
       // 64-token tiles below 48, 128-token tiles above, from 112 the one whose last chunk takes 16 more rows,
       // from 192 its chunks of 136
-      EXPECT_EQ(kDecodeTiles[t].warp_specialized, arch.cc == 90) << arch.name << " tokens/expert " << tpe << ": "
-                                                                  << decode_tile_name(t);
-      EXPECT_EQ(kDecodeTiles[t].wgmma, arch.cc == 90 && tpe >= 24) << arch.name << " tokens/expert " << tpe << ": "
-                                                                     << decode_tile_name(t);
+      EXPECT_EQ(kGemmTiles[t].warp_specialized, arch.cc == 90) << arch.name << " tokens/expert " << tpe << ": "
+                                                                  << gemm_tile_name(t);
+      EXPECT_EQ(kGemmTiles[t].wgmma, arch.cc == 90 && tpe >= 24) << arch.name << " tokens/expert " << tpe << ": "
+                                                                     << gemm_tile_name(t);
       if (arch.cc == 90 && tpe >= 24) {
-        EXPECT_EQ(kDecodeTiles[t].nt, tpe >= 112 ? 144 : tpe >= 48 ? 128 : 64) << decode_tile_name(t);
-        EXPECT_EQ(kDecodeTiles[t].chunk(), tpe >= 192 ? 136 : tpe >= 48 ? 128 : 64) << decode_tile_name(t);
-        EXPECT_EQ(kDecodeTiles[t].bk, tpe >= 48 ? 128 : 256) << decode_tile_name(t);  // K = 6144 takes stages of 256
+        EXPECT_EQ(kGemmTiles[t].nt, tpe >= 112 ? 144 : tpe >= 48 ? 128 : 64) << gemm_tile_name(t);
+        EXPECT_EQ(kGemmTiles[t].chunk(), tpe >= 192 ? 136 : tpe >= 48 ? 128 : 64) << gemm_tile_name(t);
+        EXPECT_EQ(kGemmTiles[t].bk, tpe >= 48 ? 128 : 256) << gemm_tile_name(t);  // K = 6144 takes stages of 256
       }
     }
   }
@@ -81,7 +81,7 @@ TEST(DecodePlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
 // at 8 tokens (57 experts of mostly one token, many rounds), but not GEMM1 at one token (256 items:
 // one round already with two CTAs per SM), T = 32 or 128 (1 and 4 tokens per expert), nor the
 // shared expert alone (split-K spreads its few items).
-TEST(DecodePlan, RankingTakesThreeCtasPerSmWhereTheyMeasuredFaster) {
+TEST(GemmPlan, RankingTakesThreeCtasPerSmWhereTheyMeasuredFaster) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
   struct Case { int64_t n, k; double tpe; int64_t active; bool three; };
   for (const Case c : {Case{6144, 2048, 8 / 256.0, 8, true}, Case{4096, 6144, 8 / 256.0, 8, false},
@@ -89,93 +89,93 @@ TEST(DecodePlan, RankingTakesThreeCtasPerSmWhereTheyMeasuredFaster) {
                        Case{4096, 6144, 1.0, 161, false}, Case{6144, 2048, 1.0, 161, false},
                        Case{6144, 2048, 4.0, 248, false}, Case{4096, 6144, 1.0, 1, false},
                        Case{6144, 2048, 1.0, 1, false}}) {
-    const int t = rank_decode_tiles(c.n, c.k, sm90, c.tpe, c.active, 132);
+    const int t = rank_gemm_tiles(c.n, c.k, sm90, c.tpe, c.active, 132);
     ASSERT_GE(t, 0);
-    EXPECT_EQ(kDecodeTiles[t].ctas_per_sm == 3, c.three)
-        << c.n << " x " << c.k << ", " << c.tpe << " tokens per expert, " << c.active << " experts: " << decode_tile_name(t);
-    EXPECT_TRUE(kDecodeTiles[t].warp_specialized) << decode_tile_name(t);
+    EXPECT_EQ(kGemmTiles[t].ctas_per_sm == 3, c.three)
+        << c.n << " x " << c.k << ", " << c.tpe << " tokens per expert, " << c.active << " experts: " << gemm_tile_name(t);
+    EXPECT_TRUE(kGemmTiles[t].warp_specialized) << gemm_tile_name(t);
   }
 }
 
-TEST(DecodePlan, ClusterTilesNeedWholeClustersOfNTiles) {
+TEST(GemmPlan, ClusterTilesNeedWholeClustersOfNTiles) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
   int clustered = 0;
-  for (int i = 0; i < kNumDecodeTiles; ++i) {
-    const DecodeTile& t = kDecodeTiles[i];
+  for (int i = 0; i < kNumGemmTiles; ++i) {
+    const GemmTile& t = kGemmTiles[i];
     if (t.cluster_n == 1) continue;
     ++clustered;
-    EXPECT_TRUE(t.wgmma && t.warp_specialized && !t.splits_k()) << decode_tile_name(i);
-    EXPECT_NE(decode_tile_name(i).find("_cl" + std::to_string(t.cluster_n)), std::string::npos) << decode_tile_name(i);
-    EXPECT_TRUE(plan_decode_tile(i, int64_t(t.bm) * t.cluster_n, 2048, sm90).fits) << decode_tile_name(i);
-    EXPECT_TRUE(plan_decode_tile(i, 6144, 2048, sm90).fits) << decode_tile_name(i);
-    const SmemPlan odd = plan_decode_tile(i, int64_t(t.bm) * (2 * t.cluster_n + 1), 2048, sm90);
-    EXPECT_FALSE(odd.fits) << decode_tile_name(i);
+    EXPECT_TRUE(t.wgmma && t.warp_specialized && !t.splits_k()) << gemm_tile_name(i);
+    EXPECT_NE(gemm_tile_name(i).find("_cl" + std::to_string(t.cluster_n)), std::string::npos) << gemm_tile_name(i);
+    EXPECT_TRUE(plan_gemm_tile(i, int64_t(t.bm) * t.cluster_n, 2048, sm90).fits) << gemm_tile_name(i);
+    EXPECT_TRUE(plan_gemm_tile(i, 6144, 2048, sm90).fits) << gemm_tile_name(i);
+    const SmemPlan odd = plan_gemm_tile(i, int64_t(t.bm) * (2 * t.cluster_n + 1), 2048, sm90);
+    EXPECT_FALSE(odd.fits) << gemm_tile_name(i);
     EXPECT_NE(odd.explanation.find("not a multiple of " + std::to_string(t.cluster_n)), std::string::npos) << odd.explanation;
   }
   EXPECT_GE(clustered, 1);
 }
 
-TEST(DecodePlan, RankingFallsBackToStagesOf128KWhereKIsNoMultipleOf256) {
+TEST(GemmPlan, RankingFallsBackToStagesOf128KWhereKIsNoMultipleOf256) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
   for (int64_t k : {int64_t(384), int64_t(2048 + 128)}) {
-    const int t = rank_decode_tiles(4096, k, sm90, 32.0, 256, 132);
+    const int t = rank_gemm_tiles(4096, k, sm90, 32.0, 256, 132);
     ASSERT_GE(t, 0) << k;
-    EXPECT_TRUE(kDecodeTiles[t].wgmma && kDecodeTiles[t].nt == 64) << k << ": " << decode_tile_name(t);
-    EXPECT_EQ(kDecodeTiles[t].bk, 128) << k << ": " << decode_tile_name(t);
+    EXPECT_TRUE(kGemmTiles[t].wgmma && kGemmTiles[t].nt == 64) << k << ": " << gemm_tile_name(t);
+    EXPECT_EQ(kGemmTiles[t].bk, 128) << k << ": " << gemm_tile_name(t);
   }
-  const int t = rank_decode_tiles(4096, 2048, sm90, 32.0, 256, 132);
-  EXPECT_EQ(kDecodeTiles[t].bk, 256) << decode_tile_name(t);
+  const int t = rank_gemm_tiles(4096, 2048, sm90, 32.0, 256, 132);
+  EXPECT_EQ(kGemmTiles[t].bk, 256) << gemm_tile_name(t);
 }
 
-TEST(DecodePlan, RankingSplitsASingleExpertsKOnSm90) {
+TEST(GemmPlan, RankingSplitsASingleExpertsKOnSm90) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
   // the shared expert: one expert, T tokens. Under 66 items of 256 rows (half the SMs):
   // GEMM1 (16 N tiles) at 128 and 512 tokens (16, 64 items), GEMM2 (24 N tiles) at 128 (24 items)
   for (auto [n, k, tpe] : {std::tuple{4096, 6144, 128.0}, std::tuple{4096, 6144, 512.0}, std::tuple{6144, 2048, 128.0}}) {
-    const int t = rank_decode_tiles(n, k, sm90, tpe, 1, 132);
+    const int t = rank_gemm_tiles(n, k, sm90, tpe, 1, 132);
     ASSERT_GE(t, 0);
-    const DecodeTile& d = kDecodeTiles[t];
-    EXPECT_TRUE(d.wgmma && d.warp_specialized) << n << " " << tpe << ": " << decode_tile_name(t);
-    EXPECT_EQ(d.bm, 128) << n << " " << tpe << ": " << decode_tile_name(t);
-    EXPECT_EQ(d.nt, 128) << n << " " << tpe << ": " << decode_tile_name(t);
-    EXPECT_TRUE(d.splits_k()) << n << " " << tpe << ": " << decode_tile_name(t);
+    const GemmTile& d = kGemmTiles[t];
+    EXPECT_TRUE(d.wgmma && d.warp_specialized) << n << " " << tpe << ": " << gemm_tile_name(t);
+    EXPECT_EQ(d.bm, 128) << n << " " << tpe << ": " << gemm_tile_name(t);
+    EXPECT_EQ(d.nt, 128) << n << " " << tpe << ": " << gemm_tile_name(t);
+    EXPECT_TRUE(d.splits_k()) << n << " " << tpe << ": " << gemm_tile_name(t);
   }
   // enough items (GEMM2 at 512 tokens: 96; GEMM1 at 2048: 256): the prefill tile with chunks of 136
   for (auto [n, k, tpe] : {std::tuple{6144, 2048, 512.0}, std::tuple{4096, 6144, 2048.0}}) {
-    const int t = rank_decode_tiles(n, k, sm90, tpe, 1, 132);
+    const int t = rank_gemm_tiles(n, k, sm90, tpe, 1, 132);
     ASSERT_GE(t, 0);
-    EXPECT_EQ(kDecodeTiles[t].nt, 144) << n << " " << tpe << ": " << decode_tile_name(t);
-    EXPECT_EQ(kDecodeTiles[t].chunk(), 136) << n << " " << tpe << ": " << decode_tile_name(t);
+    EXPECT_EQ(kGemmTiles[t].nt, 144) << n << " " << tpe << ": " << gemm_tile_name(t);
+    EXPECT_EQ(kGemmTiles[t].chunk(), 136) << n << " " << tpe << ": " << gemm_tile_name(t);
   }
 }
 
-TEST(DecodePlan, ShapeTheTileCannotDivideIsAVerdictNamingIt) {
-  const SmemPlan p = plan_decode_tile(0, 4000, 6144, find_arch("sm_90"));
+TEST(GemmPlan, ShapeTheTileCannotDivideIsAVerdictNamingIt) {
+  const SmemPlan p = plan_gemm_tile(0, 4000, 6144, find_arch("sm_90"));
   EXPECT_FALSE(p.fits);
   EXPECT_NE(p.explanation.find("N = 4000"), std::string::npos) << p.explanation;
 }
 
-TEST(DecodePlan, ExplicitStagesAreCheckedAsGiven) {
+TEST(GemmPlan, ExplicitStagesAreCheckedAsGiven) {
   const Arch& sm120 = find_arch("sm_120");
-  const SmemPlan ok = plan_decode_tile(8, 4096, 6144, sm120, 2);
+  const SmemPlan ok = plan_gemm_tile(8, 4096, 6144, sm120, 2);
   EXPECT_TRUE(ok.fits) << ok.explanation;
   EXPECT_EQ(ok.stages, 2);
-  const SmemPlan too_many = plan_decode_tile(8, 4096, 6144, sm120, 8);
+  const SmemPlan too_many = plan_gemm_tile(8, 4096, 6144, sm120, 8);
   EXPECT_FALSE(too_many.fits);
   EXPECT_NE(too_many.explanation.find("101376"), std::string::npos) << too_many.explanation;
   EXPECT_FALSE(too_many.suggestions.empty());
 }
 
-TEST(DecodePlan, TooSmallABudgetSuggestsWhatWouldFit) {
-  const SmemPlan p = plan_decode_tile(0, 4096, 6144, find_arch("sm_120"));  // 3 CTAs/SM on a 100 KB SM
+TEST(GemmPlan, TooSmallABudgetSuggestsWhatWouldFit) {
+  const SmemPlan p = plan_gemm_tile(0, 4096, 6144, find_arch("sm_120"));  // 3 CTAs/SM on a 100 KB SM
   EXPECT_FALSE(p.fits);
   ASSERT_GE(p.suggestions.size(), 2u);
   EXPECT_NE(p.suggestions[1].find("occupancy target"), std::string::npos) << p.suggestions[1];
 }
 
-TEST(DecodePlan, UnknownTileIsAnError) {
-  EXPECT_THROW(plan_decode_tile(kNumDecodeTiles, 4096, 6144, find_arch("sm_90")), Error);
-  EXPECT_THROW(plan_decode_tile(-1, 4096, 6144, find_arch("sm_90")), Error);
+TEST(GemmPlan, UnknownTileIsAnError) {
+  EXPECT_THROW(plan_gemm_tile(kNumGemmTiles, 4096, 6144, find_arch("sm_90")), Error);
+  EXPECT_THROW(plan_gemm_tile(-1, 4096, 6144, find_arch("sm_90")), Error);
 }
 
 }  // namespace
@@ -187,21 +187,21 @@ namespace {
 // Every warp-specialized tile the planner accepts on sm_90 copies a stage as one
 // box per operand: the box is valid for the tensor memory accelerator and holds
 // exactly the planner's per-stage bytes (a K of 128 included: the small presets).
-TEST(DecodePlan, TensorMapBoxesAreThePlannedStages) {
+TEST(GemmPlan, TensorMapBoxesAreThePlannedStages) {
   const Arch& sm90 = find_arch("sm_90");
   int checked = 0;
-  for (int i = 0; i < kNumDecodeTiles; ++i) {
-    const DecodeTile& t = kDecodeTiles[i];
+  for (int i = 0; i < kNumGemmTiles; ++i) {
+    const GemmTile& t = kGemmTiles[i];
     if (!t.warp_specialized) continue;
     for (int64_t n : {256, 512, 2048, 4096, 6144, 7168})
       for (int64_t k : {128, 256, 2048, 6144, 7168}) {
-        if (!plan_decode_tile(i, n, k, sm90).fits) continue;
-        const DecodeSmemLayout L{t};
+        if (!plan_gemm_tile(i, n, k, sm90).fits) continue;
+        const GemmSmemLayout L{t};
         const TmaGeometry w = weight_tma_geometry(256, n, k, t), s = scale_tma_geometry(256, n, k, t);
-        EXPECT_TRUE(w.valid()) << decode_tile_name(i) << " N " << n << " K " << k;
-        EXPECT_TRUE(s.valid()) << decode_tile_name(i) << " N " << n << " K " << k;
-        EXPECT_EQ(w.box_bytes(), L.weight_bytes_per_stage()) << decode_tile_name(i);
-        EXPECT_EQ(s.box_bytes(), L.scale_bytes_per_stage()) << decode_tile_name(i);
+        EXPECT_TRUE(w.valid()) << gemm_tile_name(i) << " N " << n << " K " << k;
+        EXPECT_TRUE(s.valid()) << gemm_tile_name(i) << " N " << n << " K " << k;
+        EXPECT_EQ(w.box_bytes(), L.weight_bytes_per_stage()) << gemm_tile_name(i);
+        EXPECT_EQ(s.box_bytes(), L.scale_bytes_per_stage()) << gemm_tile_name(i);
         EXPECT_EQ(w.dims[0] * w.dims[1], k * 8) << "a row group's weight bytes";
         EXPECT_EQ(s.dims[0], k) << "a row group's scale bytes";
         ++checked;
@@ -210,19 +210,19 @@ TEST(DecodePlan, TensorMapBoxesAreThePlannedStages) {
   EXPECT_GT(checked, 40);
 }
 
-TEST(DecodePlan, RankingFallsBackToANarrowerWarpgroupTileThatFits) {
+TEST(GemmPlan, RankingFallsBackToANarrowerWarpgroupTileThatFits) {
   // an sm_90 budget too small for the 144- and 128-token tiles' two stages (167040 and 176256 bytes)
   const SmemBudget small = SmemBudget::clamped(150000, 90);
-  const int preferred = rank_decode_tiles(6144, 2048, budget_of(find_arch("sm_90")), 256, 256, 132);
-  ASSERT_FALSE(plan_decode_tile(preferred, 6144, 2048, small).fits) << decode_tile_name(preferred);
-  const int t = rank_decode_tiles(6144, 2048, small, 256, 256, 132);
+  const int preferred = rank_gemm_tiles(6144, 2048, budget_of(find_arch("sm_90")), 256, 256, 132);
+  ASSERT_FALSE(plan_gemm_tile(preferred, 6144, 2048, small).fits) << gemm_tile_name(preferred);
+  const int t = rank_gemm_tiles(6144, 2048, small, 256, 256, 132);
   ASSERT_GE(t, 0);
-  EXPECT_TRUE(plan_decode_tile(t, 6144, 2048, small).fits);
-  EXPECT_TRUE(kDecodeTiles[t].wgmma) << decode_tile_name(t);
-  EXPECT_EQ(kDecodeTiles[t].nt, 64) << decode_tile_name(t);
+  EXPECT_TRUE(plan_gemm_tile(t, 6144, 2048, small).fits);
+  EXPECT_TRUE(kGemmTiles[t].wgmma) << gemm_tile_name(t);
+  EXPECT_EQ(kGemmTiles[t].nt, 64) << gemm_tile_name(t);
 }
 
-TEST(DecodePlan, TokenChunksAtTheBoundaries) {
+TEST(GemmPlan, TokenChunksAtTheBoundaries) {
   // chunks of 128, the last up to 144
   EXPECT_EQ(token_chunks(0, 128, 144), 0);
   EXPECT_EQ(token_chunks(1, 128, 144), 1);
@@ -242,23 +242,23 @@ TEST(DecodePlan, TokenChunksAtTheBoundaries) {
   EXPECT_EQ(token_chunks(9, 8, 8), 2);
 }
 
-TEST(DecodePlan, TokenChunksCoverEveryRowWithinTheTile) {
-  for (int i = 0; i < kNumDecodeTiles; ++i) {
-    const DecodeTile& t = kDecodeTiles[i];
+TEST(GemmPlan, TokenChunksCoverEveryRowWithinTheTile) {
+  for (int i = 0; i < kNumGemmTiles; ++i) {
+    const GemmTile& t = kGemmTiles[i];
     for (int64_t rows = 0; rows <= 4 * t.nt + 17; ++rows) {
       const int64_t c = t.chunks_of(rows);
       if (rows == 0) {
         EXPECT_EQ(c, 0);
         continue;
       }
-      EXPECT_GE(c, 1) << decode_tile_name(i) << " rows " << rows;
+      EXPECT_GE(c, 1) << gemm_tile_name(i) << " rows " << rows;
       // the kernel's items: c - 1 chunks of chunk() rows, then the rest, which must fit the tile's nt columns
       const int64_t last = rows - (c - 1) * t.chunk();
-      EXPECT_GT(last, 0) << decode_tile_name(i) << " rows " << rows;
-      EXPECT_LE(last, t.nt) << decode_tile_name(i) << " rows " << rows;
+      EXPECT_GT(last, 0) << gemm_tile_name(i) << " rows " << rows;
+      EXPECT_LE(last, t.nt) << gemm_tile_name(i) << " rows " << rows;
       // and no fewer chunks would do
       if (c > 1) {
-        EXPECT_GT(rows - (c - 2) * t.chunk(), t.nt) << decode_tile_name(i) << " rows " << rows;
+        EXPECT_GT(rows - (c - 2) * t.chunk(), t.nt) << gemm_tile_name(i) << " rows " << rows;
       }
       if (t.chunk() == t.nt) {
         EXPECT_EQ(c, (rows + t.nt - 1) / t.nt);

@@ -1,4 +1,4 @@
-#include "format/prepare_decode.hpp"
+#include "format/prepare_gemm.hpp"
 
 #include <algorithm>
 #include <array>
@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "common/parallel.hpp"
-#include "format/decode_pack.hpp"
+#include "format/gemm_pack.hpp"
 #include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
 
@@ -21,7 +21,7 @@ float scale_value_of(Fp4Format f, uint8_t b) { return f == Fp4Format::nvfp4 ? e4
 
 int scale_bias(Fp4Format f) { return f == Fp4Format::nvfp4 ? pack::kNvfp4ScaleBias : pack::kMxfp4ScaleBias; }
 
-// The prepared UE5M3 byte of a non-zero block scale (decode_pack.hpp), or -1
+// The prepared UE5M3 byte of a non-zero block scale (gemm_pack.hpp), or -1
 // when the value is outside its range.
 int prepared_scale_of(Fp4Format f, float value) {
   int exp2 = 0;
@@ -62,36 +62,36 @@ std::vector<const Fp4Matrix*> pointers(std::span<const Fp4Matrix> v) {
 }
 }  // namespace
 
-PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix> experts) {
-  return prepare_decode_weights(pointers(experts));
+PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix> experts) {
+  return prepare_gemm_weights(pointers(experts));
 }
 
-PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up) {
-  return prepare_gated_decode_weights(pointers(gate), pointers(up));
+PreparedExpertWeights prepare_gated_gemm_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up) {
+  return prepare_gated_gemm_weights(pointers(gate), pointers(up));
 }
 
-PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix* const> experts) {
-  FP4MOE_CHECK(!experts.empty(), "prepare_decode_weights: no experts given");
+PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix* const> experts) {
+  FP4MOE_CHECK(!experts.empty(), "prepare_gemm_weights: no experts given");
   const Fp4Matrix& first = *experts[0];
   PreparedExpertWeights p;
   p.format = first.format;
   p.experts = static_cast<int64_t>(experts.size());
   p.n = first.rows;
   p.k = first.cols;
-  FP4MOE_CHECK(p.n > 0 && p.n % 16 == 0, "prepare_decode_weights: N = " << p.n << " is not a positive multiple of 16");
-  FP4MOE_CHECK(p.k > 0 && p.k % 128 == 0, "prepare_decode_weights: K = " << p.k << " is not a positive multiple of 128");
+  FP4MOE_CHECK(p.n > 0 && p.n % 16 == 0, "prepare_gemm_weights: N = " << p.n << " is not a positive multiple of 16");
+  FP4MOE_CHECK(p.k > 0 && p.k % 128 == 0, "prepare_gemm_weights: K = " << p.k << " is not a positive multiple of 128");
   p.weights.assign(static_cast<size_t>(p.experts * p.weight_bytes_per_expert()), 0);
   p.scales.assign(static_cast<size_t>(p.experts * p.scale_bytes_per_expert()), 0);
   p.dequant_scale.resize(static_cast<size_t>(p.experts));
 
   for (int64_t e = 0; e < p.experts; ++e) {
     const Fp4Matrix& m = *experts[static_cast<size_t>(e)];
-    FP4MOE_CHECK(m.format == p.format, "prepare_decode_weights: expert " << e << " is " << to_string(m.format)
+    FP4MOE_CHECK(m.format == p.format, "prepare_gemm_weights: expert " << e << " is " << to_string(m.format)
                                                                         << ", expert 0 is " << to_string(p.format));
-    FP4MOE_CHECK(m.rows == p.n && m.cols == p.k, "prepare_decode_weights: expert " << e << " is [" << m.rows << ", "
+    FP4MOE_CHECK(m.rows == p.n && m.cols == p.k, "prepare_gemm_weights: expert " << e << " is [" << m.rows << ", "
                                                    << m.cols << "], expert 0 is [" << p.n << ", " << p.k << "]");
     FP4MOE_CHECK(m.packed.size() == size_t(m.rows * m.cols / 2) && m.scales.size() == size_t(m.rows * m.scale_cols()),
-                 "prepare_decode_weights: expert " << e << " has " << m.packed.size() << " weight bytes and "
+                 "prepare_gemm_weights: expert " << e << " has " << m.packed.size() << " weight bytes and "
                                                    << m.scales.size() << " scale bytes for [" << m.rows << ", " << m.cols << "]");
   }
   const std::array<int16_t, 256> prepared = prepared_scale_table(p.format);
@@ -126,7 +126,7 @@ PreparedExpertWeights prepare_decode_weights(std::span<const Fp4Matrix* const> e
           for (int64_t c = col; c < col + 16; ++c) clear_code(w, p.k, row, c);
         } else {
           pb = prepared[b];
-          FP4MOE_CHECK(pb >= 0, "prepare_decode_weights: expert " << e << " row " << row << " column " << col
+          FP4MOE_CHECK(pb >= 0, "prepare_gemm_weights: expert " << e << " row " << row << " column " << col
                                   << ": block scale " << scale_value_of(p.format, b) << " (byte 0x" << std::hex << int(b) << std::dec
                                   << ") is outside the decode kernel's range for " << to_string(p.format) << " [2^-"
                                   << scale_bias(p.format) << ", 2^" << 31 - scale_bias(p.format) << "]");
@@ -165,19 +165,19 @@ Fp4Matrix stack_rows(std::span<const Fp4Matrix* const> parts, int64_t interleave
   return out;
 }
 
-PreparedExpertWeights prepare_gated_decode_weights(std::span<const Fp4Matrix* const> gate,
+PreparedExpertWeights prepare_gated_gemm_weights(std::span<const Fp4Matrix* const> gate,
                                                    std::span<const Fp4Matrix* const> up) {
   FP4MOE_CHECK(gate.size() == up.size() && !gate.empty(),
-               "prepare_gated_decode_weights: " << gate.size() << " gate and " << up.size() << " up matrices");
+               "prepare_gated_gemm_weights: " << gate.size() << " gate and " << up.size() << " up matrices");
   for (size_t e = 0; e < gate.size(); ++e)
-    FP4MOE_CHECK(gate[e]->rows % 16 == 0, "prepare_gated_decode_weights: expert " << e << " has I = " << gate[e]->rows
+    FP4MOE_CHECK(gate[e]->rows % 16 == 0, "prepare_gated_gemm_weights: expert " << e << " has I = " << gate[e]->rows
                                                                                    << " rows, not a multiple of 16");
   std::vector<Fp4Matrix> stacked(gate.size());
   detail::parallel_for(static_cast<int64_t>(gate.size()), [&](int64_t e) {
     const Fp4Matrix* parts[] = {gate[size_t(e)], up[size_t(e)]};
     stacked[size_t(e)] = stack_rows(parts, pack::kGateUpInterleaveRows);
   });
-  PreparedExpertWeights p = prepare_decode_weights(std::span<const Fp4Matrix>(stacked));
+  PreparedExpertWeights p = prepare_gemm_weights(std::span<const Fp4Matrix>(stacked));
   p.scale_parts = 2;
   p.dequant_scale.resize(2 * gate.size());
   for (size_t e = 0; e < gate.size(); ++e) {

@@ -1,5 +1,5 @@
 // The prepared ("decode") weight layout and its bit-level unpacking, shared by
-// the host packer (src/format/prepare_decode.cpp) and the GPU kernels.
+// the host packer (src/format/prepare_gemm.cpp) and the GPU kernels.
 //
 // Layout of one projection of E experts, W_e [N, K]:
 //   weights [E][N/16][K/64][32 lanes][16 bytes]   (one 16-byte load per lane)
