@@ -4,6 +4,7 @@
 // bench/peers.py (torch._grouped_mm) and prints a table. Launches are timed
 // replayed from a CUDA graph, as decode runs in serving engines (and as the
 // peers are timed); the best tile's eager time is reported next to it.
+#include <map>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -121,9 +122,14 @@ int main(int argc, char** argv) {
   app.add_option("--gemm", only_gemm, "Only this GEMM (gemm1, or gemm1p with --permuted-gemm1, or gemm2)");
   app.add_option("--tile", only_tile, "Only this tile index (profiling)")->check(CLI::Range(0, plan::kNumGemmTiles - 1));
   app.add_flag("--no-peers", skip_peers, "Skip the cuBLAS peer and the diagnostics");
-  int debug_mode = 0;
-  app.add_option("--debug-mode", debug_mode, "Diagnostics for every timed launch: 1 loads only, 2 math only, 3 no output written (results are garbage)")
-      ->check(CLI::IsMember({0, 1, 2, 3}));
+  kernels::GemmProbe probe = kernels::GemmProbe::none;
+  const std::map<std::string, kernels::GemmProbe> probes{{"none", kernels::GemmProbe::none},
+                                                         {"loads_only", kernels::GemmProbe::loads_only},
+                                                         {"math_only", kernels::GemmProbe::math_only},
+                                                         {"no_output", kernels::GemmProbe::no_output}};
+  app.add_option("--probe", probe, "A part of the kernel left out in every timed launch (diagnostics; results are "
+                                   "garbage): none, loads_only, math_only, no_output")
+      ->transform(CLI::CheckedTransformer(probes));
   int k_splits = 0;
   app.add_option("--k-splits", k_splits, "Split-K parts for warp-specialized tiles: 0 the planner's choice, 1 none")
       ->check(CLI::Range(0, plan::kMaxKSplits));
@@ -282,7 +288,7 @@ int main(int argc, char** argv) {
           if (only_tile < 0 && prefill_size && plan::kGemmTiles[tile].nt < 64 && tile != def_tile) continue;
           const plan::SmemPlan pl = plan::plan_gemm_tile(tile, g.n, g.k, budget);
           if (!pl.fits) continue;
-          kernels::GemmLaunch L{tile, pl.stages, 0, debug_mode, tile_splits(tile)};
+          kernels::GemmLaunch L{tile, pl.stages, 0, probe, tile_splits(tile)};
           const TimingStats t = time_gemm(args, L, stream, 5, reps);
           tiles.push_back({{"tile", plan::gemm_tile_name(tile)}, {"stages", pl.stages}, {"median_ms", t.median_ms},
                            {"min_ms", t.min_ms}, {"max_ms", t.max_ms}});
@@ -295,7 +301,7 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(cooldown_ms));
         // the best tile's launch, as the sweep ran it
         const kernels::GemmLaunch best_launch{best_tile, plan::plan_gemm_tile(best_tile, g.n, g.k, budget).stages, 0,
-                                                debug_mode, tile_splits(best_tile)};
+                                                probe, tile_splits(best_tile)};
         const TimingStats best = time_gemm(args, best_launch, stream, 3, reps);
         // The same tile, one launch per graph (the method of earlier runs; early
         // start, on since, measured slower with nothing before it to overlap).
@@ -309,11 +315,13 @@ int main(int argc, char** argv) {
         // writes (the epilogue's share; results are garbage).
         json diag = {{"loads_only_ms", 0.0}, {"compute_only_ms", 0.0}, {"no_output_ms", 0.0}};
         if (!skip_peers) {
-          for (int mode : {1, 2, 3}) {
+          using kernels::GemmProbe;
+          for (GemmProbe part : {GemmProbe::loads_only, GemmProbe::math_only, GemmProbe::no_output}) {
             kernels::GemmLaunch L = best_launch;
-            L.debug_mode = mode;
+            L.probe = part;
             const TimingStats t = time_gemm(args, L, stream, 3, 20);
-            diag[mode == 1 ? "loads_only_ms" : mode == 2 ? "compute_only_ms" : "no_output_ms"] = t.median_ms;
+            diag[part == GemmProbe::loads_only ? "loads_only_ms" : part == GemmProbe::math_only ? "compute_only_ms"
+                                                                                             : "no_output_ms"] = t.median_ms;
           }
         }
 

@@ -84,7 +84,7 @@ void bench_without_gpu(const BenchOptions& o, const std::string& why) {
         const double tpe = double(T * cfg.top_k) / double(cfg.num_experts);
         const int t = plan::rank_gemm_tiles(n, k, plan::budget_of(a), tpe, std::min<int64_t>(cfg.num_experts, T * cfg.top_k), 132);
         if (t < 0) {
-          fmt::print("  {:<7} {} N {} K {} T {:>5}: no decode tile fits\n", arch, what, n, k, T);
+          fmt::print("  {:<7} {} N {} K {} T {:>5}: no GEMM tile fits\n", arch, what, n, k, T);
           continue;
         }
         const plan::SmemPlan p = plan::plan_gemm_tile(t, n, k, a);

@@ -81,7 +81,7 @@ void register_plan(CLI::App& app) {
   cmd->add_option("--arch", o.arch, "Target: sm80 sm86 sm89 sm90 sm100 sm103 sm120 sm121")->required();
   cmd->add_option("--kernel", o.kernel, "cutlass (TensorRT-LLM's block-scaled grouped GEMM) or decode (fp4moe)")->capture_default_str();
   cmd->add_option("--format", o.format, "nvfp4, mxfp8_mxfp4 or mxfp4 (cutlass)")->capture_default_str();
-  cmd->add_option("--tile", o.tile, "MxNxK (cutlass) or a decode tile name/index")->capture_default_str();
+  cmd->add_option("--tile", o.tile, "MxNxK (cutlass) or a GEMM tile name/index (kernel decode)")->capture_default_str();
   cmd->add_option("--epilogue", o.epilogue, "none or finalize (cutlass)")->capture_default_str();
   cmd->add_option("--cluster", o.cluster, "1x1x1 or 2x1x1 (cutlass, sm100: the MMA tile's M is CTA_M x cluster M)")
       ->capture_default_str();

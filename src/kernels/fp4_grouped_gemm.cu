@@ -54,9 +54,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
   constexpr int kRowGroups = T.bm / 16;
   constexpr int kWGranPerStage = T.bk / 64;    // weight granules per row group per stage
   constexpr int kSGranPerStage = T.bk / 128;   // scale granules per row group per stage
-  // Short mma chains (few token tiles) alternate two accumulator sets so
-  // consecutive mma.sync do not wait on each other.
-  constexpr int kAccSets = MT * NT8 >= 4 ? 1 : 2;
+  constexpr int kAccSets = T.accumulator_sets();
 
   extern __shared__ __align__(128) uint8_t smem[];
   const int stages = p.stages;
@@ -163,7 +161,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
   if (my_items > 1) stage_rows(1);
   __syncthreads();
   for (int s = 0; s < stages - 1; ++s) {
-    if (s < total_steps && p.debug_mode != 2) load_stage();
+    if (s < total_steps && p.probe != GemmProbe::math_only) load_stage();
     ptx::cp_async_commit();
     advance_loader();
   }
@@ -174,7 +172,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
     // cp.async wrote the stage through the generic proxy; wgmma reads it through the async proxy.
     if constexpr (T.wgmma) wgmma::fence_proxy_async_shared();
     __syncthreads();
-    if (step + stages - 1 < total_steps && p.debug_mode != 2) load_stage();
+    if (step + stages - 1 < total_steps && p.probe != GemmProbe::math_only) load_stage();
     ptx::cp_async_commit();
     advance_loader();
 
@@ -184,7 +182,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
     const uint8_t* xst = st + L.act_offset();
 
     if constexpr (T.wgmma) {
-      if (p.debug_mode != 1) {
+      if (p.probe != GemmProbe::loads_only) {
         const uint64_t xdesc = wgmma::smem_desc_k_major_sw128(ptx::smem_addr(xst));
         uint32_t a[2][4];  // double-buffered A: the fragment of step s is live until its wgmma completes
 #pragma unroll
@@ -212,7 +210,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
           for (int q = 0; q < 4; ++q) wgmma::fence_operand(acc[0][0][jn][q]);
       }
     } else {
-    if (p.debug_mode != 1) {
+    if (p.probe != GemmProbe::loads_only) {
 #pragma unroll
       for (int kk = 0; kk < kWGranPerStage; ++kk) {
         uint4 wq[MT], sq[MT];
@@ -261,7 +259,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
     const WorkItem w = work_item(j++);
     constexpr int kEpiStride = static_cast<int>(L.epilogue_row_stride() / 4);
 #pragma unroll
-    for (int mt = 0; mt < MT && p.debug_mode != 3; ++mt) {  // (3: nothing staged or written)
+    for (int mt = 0; mt < MT && p.probe != GemmProbe::no_output; ++mt) {
       const int f = (warp * MT + mt) * 16 + lane / 4;
       // rows f and f+8 share a 16-row group, hence a dequant scale part
       const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + f);
@@ -275,7 +273,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
     }
     clear_acc();
     __syncthreads();
-    if (p.debug_mode != 3) write_staged_tile<T.bm, kThreads>(p, w, epi, kEpiStride, int64_t(w.ntile) * T.bm, tid);
+    if (p.probe != GemmProbe::no_output) write_staged_tile<T.bm, kThreads>(p, w, epi, kEpiStride, int64_t(w.ntile) * T.bm, tid);
     // The staging tile is rewritten KT barriers later; nothing else waits here.
   }
   ptx::cp_async_wait<0>();
@@ -411,7 +409,7 @@ int gemm_launch_grid(const GemmLaunch& launch) {
 
 int64_t gemm_launch_smem_bytes(const GemmLaunch& launch) {
   FP4MOE_CHECK(launch.tile >= 0 && launch.tile < plan::kNumGemmTiles,
-               "decode tile index " << launch.tile << " is outside 0.." << plan::kNumGemmTiles - 1);
+               "GEMM tile index " << launch.tile << " is outside 0.." << plan::kNumGemmTiles - 1);
   return plan::gemm_layout(launch.tile).total_bytes(launch.stages);
 }
 
@@ -446,7 +444,7 @@ void launch_fp4_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& launch,
                   a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
                   a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
                   pack::scale_add2(prepared_scale_exponent_add(a.format)),
-                  launch.debug_mode, a.permuted_rows, 0, 1, 0, nullptr, nullptr};
+                  launch.probe, a.permuted_rows, 0, 1, 0, nullptr, nullptr};
   FP4MOE_CHECK(launch.k_splits >= 0 && launch.k_splits <= plan::kMaxKSplits,
                "grouped GEMM: k_splits = " << launch.k_splits << " is outside 0.." << plan::kMaxKSplits);
   FP4MOE_CHECK(tile.splits_k() || launch.k_splits <= 1,

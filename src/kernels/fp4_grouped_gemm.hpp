@@ -65,11 +65,20 @@ struct GroupedGemmArgs {
   int64_t split_workspace_bytes = 0;
 };
 
+// Benchmark diagnostics: a part of the kernel left out, to see where the time
+// goes (bench_grouped_gemm). Every probe but `none` gives wrong results.
+enum class GemmProbe : int {
+  none = 0,
+  loads_only = 1,  // the stages are loaded, nothing multiplied
+  math_only = 2,   // nothing loaded: the math runs on stale stages
+  no_output = 3,   // no output tile staged or written
+};
+
 struct GemmLaunch {
   int tile = 0;     // index into plan::kGemmTiles
   int stages = 0;   // from the planner
   int grid = 0;     // persistent CTAs; 0 = fill the device
-  int debug_mode = 0;  // benchmark diagnostics only: 1 = loads only, 2 = compute only, 3 = no output tile staged or written (wrong results)
+  GemmProbe probe = GemmProbe::none;
   int k_splits = 0; // split-K: 0 = the planner's choice (plan_k_splits), 1 = none, n = n parts (needs the workspace)
 };
 

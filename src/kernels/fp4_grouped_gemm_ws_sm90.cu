@@ -66,24 +66,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
   constexpr uint32_t kStageTx = uint32_t(L.weight_bytes_per_stage() + L.scale_bytes_per_stage());
   constexpr int kEpiStride = static_cast<int>(L.epilogue_row_stride() / 4);
   constexpr int kEpiTokens = static_cast<int>(L.epilogue_tokens());
-  constexpr int kProducerThreads = 128;
-  // Registers: the launch gives every thread the cap of __launch_bounds__ (multiples
-  // of 8); where that is too few, the producer keeps 72 (40 where four consumer
-  // warpgroups share the SM's registers, or where 144+ accumulators per thread
-  // spill at 216; 24, the least, where three CTAs share them) and the consumers
-  // share the rest.
-  constexpr int kRegCap = (65536 / (T.threads() * T.ctas_per_sm)) / 8 * 8;
-  constexpr int kProducerRegs = kRegCap < 64 ? 24 : kRegCap < 128 || T.accumulators_per_thread() > 128 ? 40 : 72;
-  // Tiles with 128+ accumulators per thread (64+ with mma.sync, whose fragments
-  // and activation tiles are per warp) are short of registers at the cap, and
-  // wgmma tiles of four consumer warpgroups (96 each: their A fragment pipeline spills),
-  // and tiles of three CTAs per SM (56: the mma.sync consumers spill).
-  constexpr bool kReallocate =
-      T.warp_m_tiles * T.nt > (T.wgmma ? 128 : 64) || (T.wgmma && kRegCap < 128) || kRegCap < 64;
-  constexpr int kConsumerRegs =
-      (T.threads() * kRegCap - kProducerThreads * kProducerRegs) / (T.threads() - kProducerThreads) / 8 * 8 > 232
-          ? 232
-          : (T.threads() * kRegCap - kProducerThreads * kProducerRegs) / (T.threads() - kProducerThreads) / 8 * 8;
+  constexpr int kProducerThreads = plan::GemmTile::kProducerThreads;
   constexpr int kFirstConsumerBarrier = 1;  // named barriers: + consumer warpgroup index
   constexpr int kAllConsumersBarrier = kFirstConsumerBarrier + 4;
   // Clusters (T.cluster_n CTAs): the CTAs take adjacent N tiles of the same
@@ -145,7 +128,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
   // trip to L2 before the first copy. Every item has rows unless the routed
   // rows pass P; then none is asked for early. (The cluster tile asks the
   // offsets as before: the prefix-only path made ptxas spill 48 bytes in it.)
-  constexpr bool kFirstTileFromPrefix = kCluster == 1;
+  constexpr bool kFirstTileFromPrefix = T.first_tile_from_prefix();
   auto first_item_tile = [&](int parts) {
     if constexpr (kFirstTileFromPrefix) {
       const ItemTile t = work_item_tile<true>(first_item() / parts, prefix, E, prefix[E], n_tiles());
@@ -161,7 +144,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
   // schedule may be read early when the offsets were final before that kernel
   // started: GroupedGemmArgs::offsets_ready_at_launch). Ring slots 0.. in order.
   auto early_stages = [&] {
-    if (!p.offsets_ready_at_launch || p.debug_mode == 2 || first_item() >= total_items()) return 0;
+    if (!p.offsets_ready_at_launch || p.probe == GemmProbe::math_only || first_item() >= total_items()) return 0;
     const int parts = splits();
     if (kFirstTileFromPrefix ? *routed_rows() > p.permuted_rows : item(first_item(), parts).rows <= 0) return 0;
     return min(stages, kt_begin(first_item() % parts + 1, parts) - kt_begin(first_item() % parts, parts));
@@ -201,7 +184,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
 
   if (warp < 4) {
     // ================= producer warpgroup =================
-    if constexpr (kReallocate) async::setmaxnreg_dec<kProducerRegs>();
+    if constexpr (T.reallocates_registers()) async::setmaxnreg_dec<T.producer_registers()>();
     if (warp != 0) return;  // one thread issues every tensor copy
     const int parts = splits(), items = total_items(), pre = early_stages();
     int slot = 0;
@@ -210,7 +193,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
       const WorkItem w = item(it, parts);
       if (w.rows <= 0) continue;  // the consumers skip it too
       // (an activation box counts all nt rows; those past the end of x are zero-filled)
-      const uint32_t tx = p.debug_mode == 2 ? 0u : kStageTx + kActStageBytes;
+      const uint32_t tx = p.probe == GemmProbe::math_only ? 0u : kStageTx + kActStageBytes;
       const int kt_first = kt_begin(it % parts, parts), kt_end = kt_begin(it % parts + 1, parts);
       for (int kt = kt_first; kt < kt_end; ++kt) {
         // the first item's first `pre` stages: weights and scales already asked for, slot free
@@ -222,7 +205,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
           // activations, [atom][nt rows][128 bytes] swizzled): the producer's issue cost stays a few
           // instructions per stage however busy the consumers keep the SM's schedulers.
           if (!early) async::mbarrier_arrive_expect_tx(&full[slot], tx);
-          if (p.debug_mode != 2) {
+          if (p.probe != GemmProbe::math_only) {
             if (!early) copy_weights(st, kt, w, &full[slot]);
 #pragma unroll
             for (int a = 0; a < kWGranPerStage; ++a) {
@@ -241,7 +224,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
     }
   } else {
   // ================= consumer warpgroups =================
-  if constexpr (kReallocate) async::setmaxnreg_inc<kConsumerRegs>();
+  if constexpr (T.reallocates_registers()) async::setmaxnreg_inc<T.consumer_registers()>();
   const int cg = (warp - 4) / 4;  // consumer warpgroup: rows 64 MB cg .. 64 MB (cg + 1) - 1 of the tile
   const int wg_warp = warp % 4;   // its warp w owns rows 16 w .. 16 w + 15 of each of its m64 blocks
   const int gtid = tid - kProducerThreads - cg * 128;
@@ -287,37 +270,15 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
     }(std::make_integer_sequence<int, T.max_stages>{});
   };
   float acc[kMB][T.nt / 2] = {};
-  // mma.sync consumers with short chains (few token tiles) alternate two
-  // accumulator sets so consecutive mma.sync do not wait on each other.
-  constexpr int kAccSets = !T.wgmma && kMB * T.n8_tiles() < 4 ? 2 : 1;
-  // Narrower K loops for short chunks (below): wgmma atoms exist for every N used
-  // (16..128); mma.sync takes n8 tiles in ldmatrix.x4 pairs, an odd last one by ldmatrix.x2.
-  constexpr bool kNarrowable = T.wgmma ? T.nt >= 64 : T.nt >= 32;
-  // Widths, smallest first: nt/4, nt/2, 3nt/4 and nt; on two-block wgmma tiles
-  // (a fourth copy of their pipeline spills registers) nt/2, 5nt/8 and nt: their
-  // 64-token decode chunks hold 57..72 tokens, so 80 columns rather than 128
-  // above 64, while their short prefill remainders are bound by dequantization;
-  // on tiles whose chunks are shorter than nt, chunk/2, chunk and nt (the last
-  // chunk's extra rows).
-  constexpr bool kTwoBlockWgmma = T.wgmma && kMB > 1;
-  constexpr bool kChunked = T.chunk() < T.nt;
-  constexpr int kWidth0 = kChunked ? T.chunk() / 2 / 16 * 16 : kTwoBlockWgmma ? T.nt / 2 : T.nt / 4;
-  constexpr int kWidth1 = kChunked ? T.chunk() : kTwoBlockWgmma ? 5 * T.nt / 8 : T.nt / 2;
-  constexpr bool kThreeQuarters = kNarrowable && !kTwoBlockWgmma && (3 * T.nt / 4) % (T.wgmma ? 16 : 8) == 0;
+  constexpr int kAccSets = T.accumulator_sets();
   float acc_odd[kAccSets == 2 ? kMB : 1][kAccSets == 2 ? T.nt / 2 : 1] = {};
-  // wgmma: A fragment buffers, one per wgmma step allowed in flight. Two: a third
-  // and fourth step in flight measured 8-13% slower on the one-block tiles at 16
-  // to 32 tokens per expert (docs/kernels.md).
-  constexpr int kFragBuffers = 2;
+  constexpr int kFragBuffers = plan::GemmTile::kFragmentBuffers;
   static_assert(kFragBuffers >= 2 && (T.bk / 16) % kFragBuffers == 0,
                 "a stage's k16 steps cycle through two or more fragment buffers");
   // ldmatrix rows of this lane: token r = (lane % 8) + 8 * (lane / 16) (+ 8 jn), k half (lane / 8) % 2;
   // in the swizzled layout chunk c of token r sits at c ^ (r % 8), and r % 8 = lane % 8.
   const int ld_row = (lane % 8) + (T.nt >= 16 ? (lane / 16) * 8 : 0), ld_khalf = (lane / 8) % 2;
-  // Tiles of 136+ accumulators per thread recompute the item, its split and the
-  // item count where used (a binary search in shared memory): kept live across
-  // the K loop, they spill there. The others keep them.
-  constexpr bool kRecomputeItem = T.accumulators_per_thread() > 128;
+  constexpr bool kRecomputeItem = T.rereads_item_after_k_loop();
   const int parts_kept = splits(), items_kept = total_items();
   int slot = 0, pending = -1;  // pending: the previous stage's slot, released once its wgmma are done
   uint32_t phase = 0;
@@ -337,7 +298,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
       for (int kt = kt0; kt < kt1; ++kt) {
         async::mbarrier_wait(&full[slot], phase);
         const uint8_t* st = smem + slot * L.smem_bytes_per_stage();
-        if (p.debug_mode == 1) {
+        if (p.probe == GemmProbe::loads_only) {
           release(slot);
         } else if constexpr (T.wgmma) {
           // The stage's ring slot as a constant (one copy of the stage's math per slot): its
@@ -397,10 +358,10 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
         if (++slot == stages) slot = 0, phase ^= 1;
       }
     };
-    if constexpr (kNarrowable) {
-      if (rows <= kWidth0) k_loop.template operator()<kWidth0>();
-      else if (rows <= kWidth1) k_loop.template operator()<kWidth1>();
-      else if (kThreeQuarters && rows <= 3 * T.nt / 4) k_loop.template operator()<kThreeQuarters ? 3 * T.nt / 4 : T.nt>();
+    if constexpr (T.narrows_k_loop()) {
+      if (rows <= T.k_loop_width(0)) k_loop.template operator()<T.k_loop_width(0)>();
+      else if (rows <= T.k_loop_width(1)) k_loop.template operator()<T.k_loop_width(1)>();
+      else if (T.k_loop_width(2) < T.nt && rows <= T.k_loop_width(2)) k_loop.template operator()<T.k_loop_width(2)>();
       else k_loop.template operator()<T.nt>();
     } else {
       k_loop.template operator()<T.nt>();
@@ -426,7 +387,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
       write_tile = parts == 1 || sum_split_partials(reinterpret_cast<float(&)[kMB * T.nt / 2]>(acc), p, it / parts,
                                                     it % parts, parts, tid - kProducerThreads, kConsumerWarps * 32,
                                                     kAllConsumersBarrier, split_last);
-    if (write_tile && p.debug_mode != 3) {
+    if (write_tile && p.probe != GemmProbe::no_output) {
       // ---- epilogue of this warpgroup's m64 blocks, kEpiTokens tokens per pass (the producer streams on meanwhile) ----
       const int f = wg_warp * 16 + lane / 4;
 #pragma unroll

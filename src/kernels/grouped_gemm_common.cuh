@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "format/gemm_pack.hpp"
+#include "format/prepared_layout.hpp"
 #include "kernels/fp4_grouped_gemm.hpp"
 #include "plan/gemm_layout.hpp"
 
@@ -34,7 +35,7 @@ struct KernelParams {
   int num_experts;
   int stages;
   uint32_t scale_add2;  // pack::scale_add2(exponent_add): the exponent add in both bf16 halves
-  int debug_mode;       // 0 normal; benchmark diagnostics: 1 loads only, 2 compute only, 3 no output tile staged or written
+  GemmProbe probe;      // GemmProbe::none but in benchmark diagnostics
   int64_t permuted_rows;  // P (warp-specialized tiles: no row at or past it is read or written); 0 on all-warps tiles
   int offsets_ready_at_launch;  // GroupedGemmArgs::offsets_ready_at_launch (warp-specialized tiles)
   // Split-K (warp-specialized tiles, plan/split_k.hpp): each item's K loop in
@@ -226,23 +227,24 @@ __device__ __forceinline__ void store_16_bytes(__nv_bfloat16* dst, const uint32_
 // Writes a staged fp32 tile of `Rows` weight rows (output features col0..) for
 // the item's tokens, with `Threads` threads numbered by `tid`: whole 16-byte
 // rows to y (store), silu(gate) * up (SwiGLU, gate and up interleaved every 16
-// rows), or topk-weighted fp32 atomics into the token's output (scatter_add).
+// rows, pack::kGateUpInterleaveRows), or topk-weighted fp32 atomics into the token's output (scatter_add).
 template <int Rows, int Threads>
 __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const WorkItem& w, const float* epi, int stride,
                                                   int64_t col0, int tid) {
   if (p.epilogue == int(GemmEpilogue::swiglu)) {
     constexpr int kPieces = Rows / 2 / 8;  // 8 output columns per piece
+    constexpr int kG = pack::kGateUpInterleaveRows;
     const int64_t ld = p.n / 2;
 #pragma unroll 1
     for (int i = tid; i < w.rows * kPieces; i += Threads) {
       const int r = i / kPieces, j0 = (i % kPieces) * 8;
-      const int g = (j0 / 16) * 32 + j0 % 16;  // gate row of output column j0; its up row is g + 16
+      const int g = (j0 / kG) * 2 * kG + j0 % kG;  // gate row of output column j0; its up row is g + kG
       const float* er = epi + r * stride;
       uint32_t o[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const float g0 = er[g + 2 * q], g1 = er[g + 2 * q + 1];
-        o[q] = bf16x2_bits(g0 / (1.f + __expf(-g0)) * er[g + 16 + 2 * q], g1 / (1.f + __expf(-g1)) * er[g + 16 + 2 * q + 1]);
+        o[q] = bf16x2_bits(g0 / (1.f + __expf(-g0)) * er[g + kG + 2 * q], g1 / (1.f + __expf(-g1)) * er[g + kG + 2 * q + 1]);
       }
       store_16_bytes(p.y + int64_t(w.row0 + r) * ld + col0 / 2 + j0, o);
     }

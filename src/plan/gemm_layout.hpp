@@ -19,116 +19,194 @@ constexpr int64_t token_chunks(int64_t rows, int chunk, int max_rows) {
   return rows <= 0 ? 0 : rows <= max_rows ? 1 : (rows - max_rows + chunk - 1) / chunk + 1;
 }
 
+// One tile configuration of the FP4 grouped GEMM, and every policy that
+// differs per tile: the kernels, the planner, the tuner and the tests read
+// them here. `name` is stable (tune caches and the CLI name tiles by it).
 struct GemmTile {
+  const char* name;
   int bm;           // weight rows (output features) per CTA; 16 * warp_m_tiles per warp
   int nt;           // token columns per CTA (multiple of 8)
   int bk;           // K elements per pipeline stage (multiple of 128)
-  int warp_m_tiles; // m16 tiles per warp: B fragments are reused this many times
+  int warp_m_tiles; // m16 tiles per warp (warp-specialized: m64 blocks per consumer warpgroup)
   int max_stages;
   int ctas_per_sm;  // occupancy target: the stage budget is the SM's share for this many CTAs
   bool wgmma = false;  // Hopper warpgroup MMA (sm_90a only): 4 warps x 16 rows = m64, tokens = n
   // Warp-specialized (sm_90a only): one producer warpgroup fills the stages with
-  // tensor copies (rows in expert order; gathered rows are copied so first) on mbarriers, consumer
-  // warpgroups dequantize and multiply (src/kernels/fp4_fp4_grouped_gemm_ws_sm90.cu):
-  // with wgmma (m64 x nt per warpgroup) or, without, mma.sync (m16 x n8 per warp).
+  // tensor copies (rows in expert order) on mbarriers, consumer warpgroups
+  // dequantize and multiply (src/kernels/fp4_grouped_gemm_ws_sm90.cu): with
+  // wgmma (m64 x nt per warpgroup) or, without, mma.sync (m16 x n8 per warp).
   bool warp_specialized = false;
   // Rows of an expert's token chunks when below nt (0: nt). The expert's last
   // chunk may then hold up to nt rows: with chunks of 128 and nt = 144, an
   // expert of 129..144 rows is one item and of 257..272 two, where chunks of
-  // 128 would add a third whose dequantization costs as much as a full one
-  // (balanced against random routing at 8192 tokens: 1.2x, docs/kernels.md).
+  // 128 would add a third whose dequantization costs as much as a full one.
   int chunk_rows = 0;
-  // CTAs per thread-block cluster (warp-specialized wgmma tiles, sm_90a): the
-  // CTAs of a cluster take adjacent N tiles of the same token chunk, and each
-  // stage's activations reach all of them by one TMA multicast per 64-k atom,
-  // each CTA issuing its share: the activation bytes from L2 per CTA divide by
-  // this. Needs the expert's N tiles in whole clusters (the planner checks).
+  // CTAs per thread-block cluster (warp-specialized wgmma tiles): the CTAs of a
+  // cluster take adjacent N tiles of the same token chunk, and each stage's
+  // activations reach all of them by one TMA multicast per 64-k atom, each CTA
+  // issuing its share: the activation bytes from L2 per CTA divide by this.
+  // Needs the expert's N tiles in whole clusters (the planner checks).
   int cluster_n = 1;
-  // Warp-specialized tiles: tokens staged per epilogue pass (0: the default,
-  // epilogue_tokens() below). A smaller staging tile leaves room for more stages.
+  // Warp-specialized tiles: tokens staged per epilogue pass (0: epilogue_rows()'s
+  // default). A smaller staging tile leaves room for more stages.
   int epilogue_token_rows = 0;
 
+  // ---- shape ----
   constexpr int chunk() const { return chunk_rows > 0 ? chunk_rows : nt; }
   constexpr int64_t chunks_of(int64_t rows) const { return token_chunks(rows, chunk(), nt); }
   // fp32 accumulators per consumer thread (wgmma: nt / 2 per m64 block; mma.sync: 4 per m16 x n8)
   constexpr int accumulators_per_thread() const { return warp_m_tiles * nt / 2; }
+  constexpr int warps() const { return bm / (16 * warp_m_tiles); }  // math warps
+  constexpr int consumer_warpgroups() const { return warps() / 4; }
+  constexpr int threads() const { return warps() * 32 + (warp_specialized ? kProducerThreads : 0); }
+  constexpr int n8_tiles() const { return nt / 8; }
+  static constexpr int kProducerThreads = 128;  // warp-specialized: one warpgroup loads
+
+  // ---- policies ----
   // Split-K (plan/split_k.hpp): warp-specialized tiles, but not warpgroup tiles
   // of more than 128 accumulators per thread, whose split sum would spill registers.
   constexpr bool splits_k() const { return warp_specialized && !(wgmma && accumulators_per_thread() > 128); }
-  constexpr int warps() const { return bm / (16 * warp_m_tiles); }  // math warps
   // Activations in the 128-byte-swizzled K-major layout that wgmma descriptors
   // and TMA boxes use; ldmatrix reads it without bank conflicts too.
   constexpr bool swizzled_activations() const { return wgmma || warp_specialized; }
-  constexpr int consumer_warpgroups() const { return warps() / 4; }
-  constexpr int threads() const { return warps() * 32 + (warp_specialized ? 128 : 0); }
-  constexpr int n8_tiles() const { return nt / 8; }
+  // Registers per thread: the launch gives every thread the cap of
+  // __launch_bounds__ (multiples of 8); warp-specialized tiles short of it move
+  // registers from the producer (72; 40 where four consumer warpgroups share the
+  // SM's registers or 144+ accumulators per thread spill at 216; 24, the least,
+  // where three CTAs share them) to the consumers (setmaxnreg).
+  constexpr int register_cap() const { return (65536 / (threads() * ctas_per_sm)) / 8 * 8; }
+  constexpr int producer_registers() const {
+    return register_cap() < 64 ? 24 : register_cap() < 128 || accumulators_per_thread() > 128 ? 40 : 72;
+  }
+  constexpr int consumer_registers() const {
+    const int r = (threads() * register_cap() - kProducerThreads * producer_registers()) / (threads() - kProducerThreads) / 8 * 8;
+    return r > 232 ? 232 : r;
+  }
+  // Who reallocates: 128+ accumulators per thread (64+ with mma.sync, whose
+  // fragments and activation tiles are per warp), wgmma tiles of four consumer
+  // warpgroups (96 registers each: their A fragment pipeline spills), and tiles
+  // of three CTAs per SM (56: the mma.sync consumers spill).
+  constexpr bool reallocates_registers() const {
+    return warp_m_tiles * nt > (wgmma ? 128 : 64) || (wgmma && register_cap() < 128) || register_cap() < 64;
+  }
+  // mma.sync with short chains (few token tiles) alternates two accumulator
+  // sets so that consecutive mma.sync do not wait on each other.
+  constexpr int accumulator_sets() const { return !wgmma && warp_m_tiles * n8_tiles() < 4 ? 2 : 1; }
+  // wgmma: A fragment buffers, one per wgmma step allowed in flight.
+  static constexpr int kFragmentBuffers = 2;
+  // Token columns of an item's K loop (warp-specialized): the smallest of these
+  // that covers its rows. Short chunks are common under ragged routing and the
+  // columns past the rows are never stored. Widths nt/4, nt/2, 3nt/4 and nt; on
+  // two-block wgmma tiles (a fourth copy of their pipeline spills registers)
+  // nt/2, 5nt/8 and nt (their 64-token chunks hold 57..72 tokens); where chunks
+  // are shorter than nt, chunk/2, chunk and nt (the last chunk's extra rows).
+  // wgmma atoms exist for every N in 16s; mma.sync takes n8 tiles in pairs.
+  constexpr bool narrows_k_loop() const { return warp_specialized && (wgmma ? nt >= 64 : nt >= 32); }
+  constexpr int k_loop_width(int i) const {
+    const bool two_block_wgmma = wgmma && warp_m_tiles > 1, chunked = chunk() < nt;
+    const int w0 = chunked ? chunk() / 2 / 16 * 16 : two_block_wgmma ? nt / 2 : nt / 4;
+    const int w1 = chunked ? chunk() : two_block_wgmma ? 5 * nt / 8 : nt / 2;
+    const bool three_quarters = narrows_k_loop() && !two_block_wgmma && (3 * nt / 4) % (wgmma ? 16 : 8) == 0;
+    const int w2 = three_quarters ? 3 * nt / 4 : nt;
+    return !narrows_k_loop() ? nt : i == 0 ? w0 : i == 1 ? w1 : i == 2 ? w2 : nt;
+  }
+  static constexpr int kKLoopWidths = 4;
+  // Tiles of 136+ accumulators per thread read the item, its split and the
+  // item count again after the K loop (a binary search in shared memory):
+  // kept live across it, they spill there.
+  constexpr bool rereads_item_after_k_loop() const { return accumulators_per_thread() > 128; }
+  // The first item's weights are asked for from the chunk prefix alone (no
+  // expert offsets read first), except on cluster tiles (ptxas spilled there).
+  constexpr bool first_tile_from_prefix() const { return cluster_n == 1; }
+  // Tokens staged per epilogue pass: all of them, except on wide
+  // warp-specialized tiles (bm x nt > 128 x 128), which stage 64 (48 where 64
+  // does not divide nt: 144) at a time to leave room for three stages.
+  constexpr int epilogue_rows() const {
+    if (epilogue_token_rows > 0) return epilogue_token_rows;
+    return warp_specialized && bm * nt > 128 * 128 ? (nt % 64 == 0 ? 64 : 48) : nt;
+  }
 };
 
-// The one list of decode configurations: kernels are instantiated from it, the
-// planner plans it, the tuner times it and the tests check it. Append to extend.
-// The kernel is bound by instruction issue (dequantization), not by bytes in
-// flight, so most tiles trade pipeline depth for resident warps (ctas_per_sm).
+// The one list of tile configurations: kernels are instantiated from it, the
+// planner plans it, the tuner times it and the tests check it. Append to extend
+// (docs/kernels.md has what each was measured to win). The kernels are bound by
+// instruction issue (dequantization), not by bytes in flight, so most tiles
+// trade pipeline depth for resident warps (ctas_per_sm).
 inline constexpr GemmTile kGemmTiles[] = {
-    {128, 8, 256, 1, 4, 3},   // 1..8 tokens per expert, 24 warps per SM
-    {128, 16, 256, 1, 4, 2},  // 9..16 (3 CTAs/SM would cap registers below its need)
-    {128, 32, 256, 1, 4, 2},  // 17..32
-    {128, 64, 256, 2, 4, 1},  // 33..64: two m16 tiles per warp halve B-fragment traffic
-    {64, 8, 256, 1, 4, 4},    // few experts active: more CTAs per expert
-    {128, 64, 128, 2, 8, 1},  // small-capacity targets (sm_86/89/120): shorter stages
-    {128, 16, 256, 2, 4, 3},  // 4 warps, each B fragment feeds two m16 tiles
-    {128, 32, 256, 2, 4, 2},
-    {128, 8, 256, 1, 8, 1},   // one deep pipeline per SM (for comparison in tuning)
-    {128, 16, 128, 1, 4, 2},  // 99 KB targets (sm_86/89/120): two CTAs per SM
-    {64, 8, 128, 1, 4, 3},
-    {256, 64, 128, 2, 4, 1},  // 64 tokens per expert: 8 warps, each dequantized fragment feeds 16 mma
-    {128, 64, 256, 1, 3, 1},  // 64 tokens, 8 warps of one m16 tile
-    // Hopper warpgroup MMA (the "prefill" path): two warpgroups of 64 weight rows,
+    // all warps load and multiply (sm_80+): 1..8, 9..16, 17..32, 33..64 tokens per expert
+    {.name = "bm128_nt8_bk256_mt1_c3", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 3},
+    {.name = "bm128_nt16_bk256_mt1_c2", .bm = 128, .nt = 16, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 2},
+    {.name = "bm128_nt32_bk256_mt1_c2", .bm = 128, .nt = 32, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 2},
+    // two m16 tiles per warp halve the B-fragment traffic
+    {.name = "bm128_nt64_bk256_mt2_c1", .bm = 128, .nt = 64, .bk = 256, .warp_m_tiles = 2, .max_stages = 4, .ctas_per_sm = 1},
+    // few experts active: more CTAs per expert
+    {.name = "bm64_nt8_bk256_mt1_c4", .bm = 64, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 4},
+    // small-capacity targets (sm_86/89/120): shorter stages
+    {.name = "bm128_nt64_bk128_mt2_c1", .bm = 128, .nt = 64, .bk = 128, .warp_m_tiles = 2, .max_stages = 8, .ctas_per_sm = 1},
+    {.name = "bm128_nt16_bk256_mt2_c3", .bm = 128, .nt = 16, .bk = 256, .warp_m_tiles = 2, .max_stages = 4, .ctas_per_sm = 3},
+    {.name = "bm128_nt32_bk256_mt2_c2", .bm = 128, .nt = 32, .bk = 256, .warp_m_tiles = 2, .max_stages = 4, .ctas_per_sm = 2},
+    // one deep pipeline per SM
+    {.name = "bm128_nt8_bk256_mt1_c1", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 8, .ctas_per_sm = 1},
+    // 99 KB targets (sm_86/89/120): two or three CTAs per SM
+    {.name = "bm128_nt16_bk128_mt1_c2", .bm = 128, .nt = 16, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 2},
+    {.name = "bm64_nt8_bk128_mt1_c3", .bm = 64, .nt = 8, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 3},
+    // 64 tokens per expert: 8 warps, each dequantized fragment feeds 16 mma; or 8 warps of one m16 tile
+    {.name = "bm256_nt64_bk128_mt2_c1", .bm = 256, .nt = 64, .bk = 128, .warp_m_tiles = 2, .max_stages = 4, .ctas_per_sm = 1},
+    {.name = "bm128_nt64_bk256_mt1_c1", .bm = 128, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1},
+    // Hopper warpgroup MMA, all warps loading: two warpgroups of 64 weight rows,
     // 64 or 128 tokens per wgmma; dequantized weights are the register operand.
-    {128, 128, 128, 1, 4, 1, true},
-    {128, 64, 128, 1, 4, 1, true},
+    {.name = "bm128_nt128_bk128_mt1_c1_wgmma", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true},
+    {.name = "bm128_nt64_bk128_mt1_c1_wgmma", .bm = 128, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true},
     // Warp-specialized warpgroup-MMA tiles (sm_90a): prefill sizes, then decode
     // sizes where four consumer warpgroups share one small activation stage.
-    {128, 128, 128, 1, 4, 1, true, true},
-    {256, 128, 128, 2, 3, 1, true, true},  // two m64 blocks per consumer warpgroup: half the activation reads from L2 per flop
-    {128, 64, 128, 1, 6, 1, true, true},
-    {256, 64, 128, 1, 4, 1, true, true},
-    {256, 32, 128, 1, 6, 1, true, true},
-    {256, 16, 128, 1, 6, 1, true, true},
-    {256, 8, 128, 1, 6, 1, true, true},
-    {128, 8, 128, 1, 8, 2, true, true},
+    {.name = "bm128_nt128_bk128_mt1_c1_ws", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
+    // two m64 blocks per consumer warpgroup: half the activation reads from L2 per flop
+    {.name = "bm256_nt128_bk128_mt2_c1_ws", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
+    {.name = "bm128_nt64_bk128_mt1_c1_ws", .bm = 128, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
+    {.name = "bm256_nt64_bk128_mt1_c1_ws", .bm = 256, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
+    {.name = "bm256_nt32_bk128_mt1_c1_ws", .bm = 256, .nt = 32, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
+    {.name = "bm256_nt16_bk128_mt1_c1_ws", .bm = 256, .nt = 16, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
+    {.name = "bm256_nt8_bk128_mt1_c1_ws", .bm = 256, .nt = 8, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
+    {.name = "bm128_nt8_bk128_mt1_c2_ws", .bm = 128, .nt = 8, .bk = 128, .warp_m_tiles = 1, .max_stages = 8, .ctas_per_sm = 2, .wgmma = true, .warp_specialized = true},
     // Warp-specialized mma.sync tiles (sm_90a): the producer's tensor copies keep
     // the loads off the math warps' issue slots and no CTA barrier stops them;
-    // each consumer warp runs on its own (decode sizes, 1..64 tokens per expert).
-    {256, 8, 256, 1, 5, 1, false, true},
-    {128, 8, 256, 1, 4, 2, false, true},
-    {256, 16, 256, 1, 5, 1, false, true},
-    {256, 32, 256, 1, 4, 1, false, true},
-    {256, 64, 128, 2, 6, 1, false, true},
-    {128, 128, 128, 1, 3, 1, false, true},  // 64..128 tokens per expert: one chunk, the K loop narrowed to the rows
-    // Prefill (128+ tokens per expert): chunks of 128 whose last takes up to 16
-    // more rows (see chunk_rows), so random routing's ragged counts add fewer items.
-    {256, 144, 128, 2, 3, 1, true, true, 128},
-    // The same with chunks of 136: 257..280 tokens are two items, 513..552 four
-    // (expected items per expert at 256 and 512 tokens: 2.06 and 4.04 against 2.15 and 4.23).
-    {256, 144, 128, 2, 3, 1, true, true, 136},
-    // The 64-token decode tile with stages of 256 k: one barrier wait per 16 k16 steps instead
-    // of 8 (about 30 of a stage's 212 instructions are its wait, hand-back and cursor). Its
-    // epilogue stages 16 tokens at a time (17 instead of 68 KB; 8 at a time spilled), so three
-    // stages fit instead of two: with two, the ring ran dry behind each item's epilogue
-    // (1.02x to 1.04x in an interleaved A/B, bench/results/2026-11-30-three-cta-tile-h200.md).
-    {256, 64, 256, 1, 3, 1, true, true, 0, 1, 16},
-    // Prefill with chunks of 136 in clusters of two N tiles sharing the activations (multicast):
+    // each consumer warp runs on its own (1..64 tokens per expert).
+    {.name = "bm256_nt8_bk256_mt1_c1_ws_sync", .bm = 256, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 5, .ctas_per_sm = 1, .warp_specialized = true},
+    {.name = "bm128_nt8_bk256_mt1_c2_ws_sync", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 2, .warp_specialized = true},
+    {.name = "bm256_nt16_bk256_mt1_c1_ws_sync", .bm = 256, .nt = 16, .bk = 256, .warp_m_tiles = 1, .max_stages = 5, .ctas_per_sm = 1, .warp_specialized = true},
+    {.name = "bm256_nt32_bk256_mt1_c1_ws_sync", .bm = 256, .nt = 32, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .warp_specialized = true},
+    {.name = "bm256_nt64_bk128_mt2_c1_ws_sync", .bm = 256, .nt = 64, .bk = 128, .warp_m_tiles = 2, .max_stages = 6, .ctas_per_sm = 1, .warp_specialized = true},
+    // 64..128 tokens per expert: one chunk, the K loop narrowed to the rows
+    {.name = "bm128_nt128_bk128_mt1_c1_ws_sync", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .warp_specialized = true},
+    // Prefill (128+ tokens per expert): chunks of 128 (or 136) whose last takes up
+    // to 144 rows, so ragged counts add fewer items.
+    {.name = "bm256_nt144_bk128_mt2_c1_ws_ch128", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 128},
+    {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136},
+    // 64 tokens with stages of 256 k: one barrier wait per 16 k16 steps instead of 8
+    // (about 30 of a stage's 212 instructions are its wait, hand-back and cursor); its
+    // epilogue stages 16 tokens at a time (17 instead of 68 KB) so that three stages fit,
+    // and the ring does not run dry behind each item's epilogue.
+    {.name = "bm256_nt64_bk256_mt1_c1_ws_e16", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .epilogue_token_rows = 16},
+    // Prefill in clusters of two N tiles sharing the activations (multicast):
     // 36.5 instead of 55 KB per stage from L2 per CTA.
-    {256, 144, 128, 2, 3, 1, true, true, 136, 2},
-    // Three CTAs per SM: at one token GLM-5's GEMM2 (384 items of 128 rows) runs in one round
-    // instead of two (1.13x); at single-token experts over many rounds 1.02x to 1.06x. Elsewhere
-    // slower: rank_gemm_tiles says where the ranking takes it.
-    {128, 8, 256, 1, 3, 3, false, true},
+    {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136_cl2", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136, .cluster_n = 2},
+    // Three CTAs per SM: a GEMM of a few hundred single-token items runs in one round.
+    {.name = "bm128_nt8_bk256_mt1_c3_ws_sync", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 3, .warp_specialized = true},
 };
 inline constexpr int kNumGemmTiles = sizeof(kGemmTiles) / sizeof(kGemmTiles[0]);
 
+constexpr bool same_name(const char* a, const char* b) {
+  while (*a && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+// The index of the tile called `name`, or -1.
+constexpr int gemm_tile_index(const char* name) {
+  for (int i = 0; i < kNumGemmTiles; ++i)
+    if (same_name(kGemmTiles[i].name, name)) return i;
+  return -1;
+}
+
 // Prepared weight layout granules (see src/format/gemm_pack.hpp).
-inline constexpr int kWeightGranuleK = 64;    // one 16-byte load per lane covers k64 of 2 rows
 inline constexpr int kScaleGranuleK = 128;    // one 16-byte scale load per lane quad covers k128
 inline constexpr int kSmemAlign = 128;
 
@@ -163,13 +241,7 @@ struct GemmSmemLayout {
   constexpr int64_t epilogue_group_rows() const { return tile.warp_specialized ? 64 : tile.bm; }
   constexpr int64_t epilogue_groups() const { return tile.bm / epilogue_group_rows(); }
   constexpr int64_t epilogue_row_stride() const { return (epilogue_group_rows() + 4) * 4; }
-  // Tokens staged at once: all of them, except on wide warp-specialized tiles
-  // (bm x nt > 128 x 128), which stage 64 (48 where 64 does not divide nt: 144
-  // rows) at a time to leave room for three stages.
-  constexpr int64_t epilogue_tokens() const {
-    if (tile.epilogue_token_rows > 0) return tile.epilogue_token_rows;
-    return tile.warp_specialized && int64_t(tile.bm) * tile.nt > 128 * 128 ? (tile.nt % 64 == 0 ? 64 : 48) : tile.nt;
-  }
+  constexpr int64_t epilogue_tokens() const { return tile.epilogue_rows(); }
   constexpr int64_t epilogue_group_bytes() const { return epilogue_tokens() * epilogue_row_stride(); }
   constexpr int64_t epilogue_bytes() const { return align_up(epilogue_groups() * epilogue_group_bytes(), kSmemAlign); }
   // --- fixed: the per-expert chunk prefix the persistent scheduler searches,
@@ -244,5 +316,12 @@ constexpr bool gemm_tiles_valid() {
   return true;
 }
 static_assert(gemm_tiles_valid(), "kGemmTiles holds a tile the kernel cannot run");
+
+constexpr bool gemm_tile_names_unique() {
+  for (int i = 0; i < kNumGemmTiles; ++i)
+    if (gemm_tile_index(kGemmTiles[i].name) != i) return false;
+  return true;
+}
+static_assert(gemm_tile_names_unique(), "two tiles of kGemmTiles share a name");
 
 }  // namespace fp4moe::plan

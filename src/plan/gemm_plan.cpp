@@ -13,15 +13,8 @@ namespace fp4moe::plan {
 
 std::string gemm_tile_name(int tile_index) {
   FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumGemmTiles,
-               "decode tile index " << tile_index << " is outside 0.." << kNumGemmTiles - 1);
-  const GemmTile& t = kGemmTiles[tile_index];
-  std::ostringstream os;
-  os << "bm" << t.bm << "_nt" << t.nt << "_bk" << t.bk << "_mt" << t.warp_m_tiles << "_c" << t.ctas_per_sm
-     << (t.warp_specialized ? (t.wgmma ? "_ws" : "_ws_sync") : t.wgmma ? "_wgmma" : "")
-     << (t.chunk() < t.nt ? "_ch" + std::to_string(t.chunk()) : std::string())
-     << (t.cluster_n > 1 ? "_cl" + std::to_string(t.cluster_n) : std::string())
-     << (t.epilogue_token_rows > 0 ? "_e" + std::to_string(t.epilogue_token_rows) : std::string());
-  return os.str();
+               "GEMM tile index " << tile_index << " is outside 0.." << kNumGemmTiles - 1);
+  return kGemmTiles[tile_index].name;
 }
 
 namespace {
@@ -35,7 +28,7 @@ bool wgmma_switched_off() {
 
 GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request) {
   FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumGemmTiles,
-               "decode tile index " << tile_index << " is outside 0.." << kNumGemmTiles - 1);
+               "GEMM tile index " << tile_index << " is outside 0.." << kNumGemmTiles - 1);
   const GemmSmemLayout L = gemm_layout(tile_index);
   const GemmTile& t = L.tile;
   GemmTileFit f;
@@ -212,18 +205,24 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
     const bool few_items = 2 * items_of_256_rows < sm_count;
     // the preferred tile first, then the narrower ones (a tile that does not fit falls back);
     // two m64 blocks per consumer warpgroup from 128 columns on 256 rows
-    struct Preferred { int bm, nt, chunk, warp_m_tiles, bk; double from_tokens_per_expert; };
-    for (const Preferred want : {Preferred{128, 128, 128, 1, 128, 48}, Preferred{256, 144, 136, 2, 128, 192},
-                                 Preferred{256, 144, 128, 2, 128, 112}, Preferred{256, 128, 128, 2, 128, 48},
-                                 Preferred{256, 64, 64, 1, 256, 0}, Preferred{256, 64, 64, 1, 128, 0}}) {
-      if (tokens_per_expert < want.from_tokens_per_expert || (want.bm == 128 && !few_items)) continue;
-      for (int i = 0; i < kNumGemmTiles; ++i) {
-        const GemmTile& t = kGemmTiles[i];
-        if (t.warp_specialized && t.wgmma && t.bm == want.bm && t.nt == want.nt && t.chunk() == want.chunk &&
-            t.warp_m_tiles == want.warp_m_tiles && t.bk == want.bk && t.cluster_n == 1 &&
-            fit_gemm_tile(i, n, k, capacity).fits)
-          return i;
-      }
+    struct Preferred {
+      int tile;
+      double from_tokens_per_expert;
+      bool only_for_few_items;
+    };
+    static constexpr Preferred kPreferred[] = {
+        {gemm_tile_index("bm128_nt128_bk128_mt1_c1_ws"), 48, true},
+        {gemm_tile_index("bm256_nt144_bk128_mt2_c1_ws_ch136"), 192, false},
+        {gemm_tile_index("bm256_nt144_bk128_mt2_c1_ws_ch128"), 112, false},
+        {gemm_tile_index("bm256_nt128_bk128_mt2_c1_ws"), 48, false},
+        {gemm_tile_index("bm256_nt64_bk256_mt1_c1_ws_e16"), 0, false},
+        {gemm_tile_index("bm256_nt64_bk128_mt1_c1_ws"), 0, false},
+    };
+    static_assert(std::all_of(std::begin(kPreferred), std::end(kPreferred), [](const Preferred& p) { return p.tile >= 0; }),
+                  "a preferred tile is not in kGemmTiles");
+    for (const Preferred& want : kPreferred) {
+      if (tokens_per_expert < want.from_tokens_per_expert || (want.only_for_few_items && !few_items)) continue;
+      if (fit_gemm_tile(want.tile, n, k, capacity).fits) return want.tile;
     }
   }
   const int want_nt = tokens_per_expert <= 6 ? 8 : tokens_per_expert <= 12 ? 16 : 32;

@@ -24,12 +24,12 @@ void parse_tile(const std::string& s, int& m, int& n, int& k) {
                "'" << s << "' is not AxBxC with positive integers (e.g. tile 128x256x128, cluster 2x1x1)");
 }
 
-int gemm_tile_index(const std::string& s) {
+int tile_of_query(const std::string& s) {
   for (int i = 0; i < kNumGemmTiles; ++i)
     if (gemm_tile_name(i) == s || std::to_string(i) == s) return i;
   std::string known;
   for (int i = 0; i < kNumGemmTiles; ++i) known += (i ? ", " : "") + gemm_tile_name(i);
-  throw Error("tile '" + s + "' is not a decode tile (known: " + known + ")");
+  throw Error("tile '" + s + "' is not a GEMM tile (known: " + known + ")");
 }
 
 json terms_json(const std::vector<cm::Term>& terms) {
@@ -46,7 +46,7 @@ PlanAnswer answer(const PlanQuery& q) {
   PlanAnswer a;
   if (q.kernel == "decode") {
     FP4MOE_CHECK(q.n > 0 && q.k > 0, "n = " << q.n << " and k = " << q.k << " must be positive");
-    const int only = q.sweep ? -1 : gemm_tile_index(q.tile);
+    const int only = q.sweep ? -1 : tile_of_query(q.tile);
     for (int i = 0; i < kNumGemmTiles; ++i)
       if (q.sweep || i == only) a.decode.push_back(plan_gemm_tile(i, q.n, q.k, arch, q.stages));
     return a;

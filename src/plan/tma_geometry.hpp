@@ -1,7 +1,7 @@
 // The tensor-map geometry of the prepared weights and block scales that a
 // warp-specialized tile's producer copies one stage at a time (one TMA box per
 // operand per stage). The host encodes these numbers into CUtensorMaps
-// (src/kernels/fp4_fp4_grouped_gemm_ws_sm90.cu); the CPU tests check that a box is
+// (src/kernels/fp4_grouped_gemm_ws_sm90.cu); the CPU tests check that a box is
 // exactly the planner's per-stage bytes for every tile and shape it accepts.
 #pragma once
 #include <cstdint>

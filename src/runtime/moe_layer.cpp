@@ -363,7 +363,7 @@ std::string MoeLayer::describe(int64_t tokens) const {
        << (c.tuned ? "tuned, from " + m.cache->path() : std::string("planner default")) << "), " << p.stages
        << " stages, " << p.smem_bytes << " bytes of shared memory";
     const kernels::GroupedGemmArgs a = m.gemm_args(w, nullptr, nullptr, rows, nullptr, epi, nullptr);
-    const plan::SplitKPlan sk = kernels::gemm_launch_k_splits(a, {c.tile, c.stages, 0, 0});
+    const plan::SplitKPlan sk = kernels::gemm_launch_k_splits(a, {.tile = c.tile, .stages = c.stages});
     if (sk.splits > 1) os << ", K split " << sk.splits << " ways (" << sk.explanation() << ")";
     os << "\n";
   };

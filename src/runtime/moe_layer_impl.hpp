@@ -145,7 +145,7 @@ struct MoeLayer::Impl {
       }
     }
     c.tile = plan::rank_gemm_tiles(w.n, w.k, budget, tokens_per_expert, active, sm_count);
-    FP4MOE_CHECK(c.tile >= 0, "no decode tile fits N = " << w.n << ", K = " << w.k << " on this GPU: "
+    FP4MOE_CHECK(c.tile >= 0, "no GEMM tile fits N = " << w.n << ", K = " << w.k << " on this GPU: "
                                                          << plan::plan_gemm_tile(0, w.n, w.k, budget).explanation);
     c.stages = plan::fit_gemm_tile(c.tile, w.n, w.k, budget).stages;
     return c;
@@ -234,7 +234,7 @@ struct MoeLayer::Impl {
                    cudaStream_t stream, const float* routing_weights = nullptr) {
     kernels::GroupedGemmArgs a = gemm_args(w, x, gather, rows, offs, epi, y, routing_weights);
     if (gather && int64_t(x_permuted.size()) >= rows * w.k) a.gather_workspace = x_permuted.get();
-    kernels::launch_fp4_grouped_gemm(a, {c.tile, c.stages, 0, 0}, stream);
+    kernels::launch_fp4_grouped_gemm(a, {.tile = c.tile, .stages = c.stages}, stream);
   }
 };
 

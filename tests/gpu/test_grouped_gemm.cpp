@@ -636,7 +636,7 @@ TEST(GpuGroupedGemm, EarlyStartSeesOffsetsWrittenTwoLaunchesBack) {
     first.y = reinterpret_cast<__nv_bfloat16*>(decoy.get());
     g.expert_offsets = doff.get();
     g.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
-    const kernels::GemmLaunch launch{tile, plan::plan_gemm_tile(tile, n, k, budget).stages, 0, 0, 1};
+    const kernels::GemmLaunch launch{.tile = tile, .stages = plan::plan_gemm_tile(tile, n, k, budget).stages, .k_splits = 1};
     kernels::launch_permute(pa, stream);
     kernels::launch_fp4_grouped_gemm(first, launch, stream);
     kernels::launch_fp4_grouped_gemm(g, launch, stream);
