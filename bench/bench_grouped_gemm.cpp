@@ -55,10 +55,16 @@ struct RoutedBatch {
 // time is per launch): the host's per-launch work (the plan check, tensor-map
 // encoding) is off the GPU's clock. A gathered GEMM1 on a warp-specialized tile
 // is two kernels, the row copy and the GEMM: both are timed.
-TimingStats time_gemm(const std::vector<kernels::GroupedGemmArgs>& args, const kernels::GemmLaunch& L,
+// Each routing's GEMM; a tile that loads its rows by TMA copies gathered rows
+// into `rows` in expert order first, as the layer does (the copy is timed with it).
+TimingStats time_gemm(const std::vector<kernels::GroupedGemmArgs>& args, const kernels::GemmLaunch& L, __nv_bfloat16* rows,
                       cudaStream_t stream, int warmup, int reps) {
   std::vector<std::function<void()>> launches;
-  for (const kernels::GroupedGemmArgs& a : args) launches.push_back([&] { kernels::launch_fp4_grouped_gemm(a, L, stream); });
+  const bool copy = kernels::loads_rows_in_expert_order(L.tile);
+  for (const kernels::GroupedGemmArgs& a : args)
+    launches.push_back([&, copy] {
+      kernels::launch_fp4_grouped_gemm(copy && a.gather ? kernels::copy_rows_in_expert_order(a, rows, stream) : a, L, stream);
+    });
   return time_graph_sequence(launches, stream, warmup, reps);
 }
 
@@ -259,7 +265,6 @@ int main(int argc, char** argv) {
           a.x = x.get();
           a.gather = g.gathered ? dgathers[size_t(i)].get() : nullptr;
           a.permuted_rows = rb.pairs;
-          a.gather_workspace = g.gathered ? workspace.get() : nullptr;  // warp-specialized tiles: GEMM1's rows copied in expert order
           a.expert_offsets = doffs[size_t(i)].get();
           a.offsets_ready_at_launch = early_start;  // uploaded before any launch
           a.y = y.get();
@@ -289,7 +294,7 @@ int main(int argc, char** argv) {
           const plan::SmemPlan pl = plan::plan_gemm_tile(tile, g.n, g.k, budget);
           if (!pl.fits) continue;
           kernels::GemmLaunch L{tile, pl.stages, 0, probe, tile_splits(tile)};
-          const TimingStats t = time_gemm(args, L, stream, 5, reps);
+          const TimingStats t = time_gemm(args, L, workspace.get(), stream, 5, reps);
           tiles.push_back({{"tile", plan::gemm_tile_name(tile)}, {"stages", pl.stages}, {"median_ms", t.median_ms},
                            {"min_ms", t.min_ms}, {"max_ms", t.max_ms}});
           if (t.median_ms < best_ms) best_ms = t.median_ms, best_tile = tile;
@@ -302,13 +307,18 @@ int main(int argc, char** argv) {
         // the best tile's launch, as the sweep ran it
         const kernels::GemmLaunch best_launch{best_tile, plan::plan_gemm_tile(best_tile, g.n, g.k, budget).stages, 0,
                                                 probe, tile_splits(best_tile)};
-        const TimingStats best = time_gemm(args, best_launch, stream, 3, reps);
+        const TimingStats best = time_gemm(args, best_launch, workspace.get(), stream, 3, reps);
         // The same tile, one launch per graph (the method of earlier runs; early
         // start, on since, measured slower with nothing before it to overlap).
-        const TimingStats single = time_gemm({args[0]}, best_launch, stream, 3, reps);
+        const TimingStats single = time_gemm({args[0]}, best_launch, workspace.get(), stream, 3, reps);
         // The same launch eagerly: the host's per-launch work (plan check, tensor maps) included.
         const TimingStats eager = time_on_stream(
-            [&] { kernels::launch_fp4_grouped_gemm(args[0], best_launch, stream); }, stream, 3, reps);
+            [&] {
+              const bool copy = args[0].gather && kernels::loads_rows_in_expert_order(best_launch.tile);
+              kernels::launch_fp4_grouped_gemm(
+                  copy ? kernels::copy_rows_in_expert_order(args[0], workspace.get(), stream) : args[0], best_launch, stream);
+            },
+            stream, 3, reps);
 
         // Where the time goes (leave one part out): the best tile
         // with only its loads, with only its math, and without its output
@@ -319,7 +329,7 @@ int main(int argc, char** argv) {
           for (GemmProbe part : {GemmProbe::loads_only, GemmProbe::math_only, GemmProbe::no_output}) {
             kernels::GemmLaunch L = best_launch;
             L.probe = part;
-            const TimingStats t = time_gemm(args, L, stream, 3, 20);
+            const TimingStats t = time_gemm(args, L, workspace.get(), stream, 3, 20);
             diag[part == GemmProbe::loads_only ? "loads_only_ms" : part == GemmProbe::math_only ? "compute_only_ms"
                                                                                              : "no_output_ms"] = t.median_ms;
           }

@@ -6,12 +6,7 @@
 // be visible, as plain stream order would), then allow_dependent_grids().
 // Without sm_90, or with FP4MOE_NO_PDL set, launches are plain stream order.
 #pragma once
-#include <cuda_runtime.h>
-
-#include <utility>
-
 #include "kernels/dependent_launch.hpp"
-#include "runtime/cuda_check.hpp"
 
 namespace fp4moe::kernels {
 
@@ -28,40 +23,5 @@ __device__ __forceinline__ void allow_dependent_grids() {
 #endif
 }
 
-
-// The launch attribute for thread-block clusters of `cluster_x` CTAs along x.
-inline cudaLaunchAttribute cluster_dimension(unsigned cluster_x) {
-  cudaLaunchAttribute a{};
-  a.id = cudaLaunchAttributeClusterDimension;
-  a.val.clusterDim = {cluster_x, 1, 1};
-  return a;
-}
-
-// `cluster_x` > 1: thread-block clusters of that many CTAs along x (grid.x a multiple of it).
-template <typename... Params, typename... Args>
-void launch_dependent_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
-                                  cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr[2];
-  unsigned n = 0;
-  if (dependent_launch_enabled(reinterpret_cast<const void*>(kernel))) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster_x > 1) attr[n++] = cluster_dimension(cluster_x);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
-  if (launches_skipped()) return;
-  FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
-
-template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
-  launch_dependent_in_clusters(kernel, grid, block, smem, 1, stream, std::forward<Args>(args)...);
-}
 
 }  // namespace fp4moe::kernels

@@ -34,12 +34,10 @@ struct GroupedGemmArgs {
   const __nv_bfloat16* x = nullptr;      // [rows, K]: P in order, or the rows gather indexes
   const int32_t* gather = nullptr;       // [P] row of x for permuted row p, or nullptr (identity)
   // P = expert_offsets[E], the permuted rows computed. Warp-specialized tiles
-  // need it: they load the rows in expert order by TMA, from x (gather null) or,
-  // gathered, from gather_workspace [P, K] (16-byte aligned, not aliasing x),
-  // which the launch fills first; they read and write no row at or past P.
-  // 0 (unknown) is accepted by the all-warps tiles only.
+  // need it: they load the rows in expert order by TMA, from x with gather null
+  // (copy_rows_in_expert_order gives them that); they read and write no row at
+  // or past P. 0 (unknown) is accepted by the all-warps tiles only.
   int64_t permuted_rows = 0;
-  __nv_bfloat16* gather_workspace = nullptr;
   const int32_t* expert_offsets = nullptr;  // [E+1]
   // True when expert_offsets were written by the kernel two or more launches
   // back on the stream (or uploaded before), and the kernel right before this
@@ -85,6 +83,14 @@ struct GemmLaunch {
 // Validates the launch against the planner's verdict for the current device
 // (throws fp4moe::Error with the plan's explanation if it does not fit), then launches.
 void launch_fp4_grouped_gemm(const GroupedGemmArgs& args, const GemmLaunch& launch, cudaStream_t stream);
+
+// Whether tile `tile` loads its rows in expert order by TMA (warp-specialized
+// tiles: a tensor map cannot gather rows on sm_90), so that gathered rows must
+// be copied first.
+bool loads_rows_in_expert_order(int tile);
+// That copy: rows[p] = x[gather[p]] for the P permuted rows, queued on `stream`;
+// returns the arguments with x = rows [P, K] (16-byte aligned, not aliasing x) and no gather.
+GroupedGemmArgs copy_rows_in_expert_order(const GroupedGemmArgs& args, __nv_bfloat16* rows, cudaStream_t stream);
 
 // The split-K plan the launch will run with (plan/split_k.hpp), and why.
 plan::SplitKPlan gemm_launch_k_splits(const GroupedGemmArgs& args, const GemmLaunch& launch);

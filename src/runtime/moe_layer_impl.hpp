@@ -227,13 +227,18 @@ struct MoeLayer::Impl {
   }
 
   // One GEMM with tile c over `rows` permuted rows: x has `rows` rows in order
-  // (gather null) or they are gathered from x. A warp-specialized tile loads
-  // rows in expert order by TMA: the launch first copies gathered rows into x_permuted.
+  // (gather null) or they are gathered from x. A tile that loads its rows in
+  // expert order by TMA (warp-specialized) gets them copied into x_permuted first.
   void launch_gemm(const TileChoice& c, const PreparedProjection& w, const __nv_bfloat16* x, const int32_t* gather,
                    int64_t rows, const int32_t* offs, kernels::GemmEpilogue epi, __nv_bfloat16* y,
                    cudaStream_t stream, const float* routing_weights = nullptr) {
     kernels::GroupedGemmArgs a = gemm_args(w, x, gather, rows, offs, epi, y, routing_weights);
-    if (gather && int64_t(x_permuted.size()) >= rows * w.k) a.gather_workspace = x_permuted.get();
+    if (gather && kernels::loads_rows_in_expert_order(c.tile)) {
+      FP4MOE_CHECK(int64_t(x_permuted.size()) >= rows * w.k,
+                   "tile " << plan::gemm_tile_name(c.tile) << " needs the rows in expert order; the layer's copy holds "
+                           << x_permuted.size() / std::max<int64_t>(w.k, 1) << " rows of " << rows);
+      a = kernels::copy_rows_in_expert_order(a, x_permuted.get(), stream);
+    }
     kernels::launch_fp4_grouped_gemm(a, {.tile = c.tile, .stages = c.stages}, stream);
   }
 };

@@ -119,7 +119,6 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   args.gather = contiguous ? nullptr : dgather.get();
   args.permuted_rows = stop_at >= 0 ? stop_at : P;  // stop_at < P: a caller's P below expert_offsets[E]
   DeviceBuffer<uint16_t> workspace(size_t(std::max<int64_t>(P, 1) * k));
-  args.gather_workspace = reinterpret_cast<__nv_bfloat16*>(workspace.get());
   args.expert_offsets = doff.get();
   args.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
   kernels::GemmLaunch launch;
@@ -149,13 +148,20 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   cudaStream_t stream = nullptr;  // the legacy stream, or with behind_another a stream of its own (freed on any exit)
   if (behind_another) FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream_owner(stream, cudaStreamDestroy);
+  // (a tile that loads its rows by TMA gets the gathered rows copied in expert order first, as the layer does)
+  auto launch_one = [&](const kernels::GroupedGemmArgs& g) {
+    const bool copy = g.gather && kernels::loads_rows_in_expert_order(launch.tile);
+    kernels::launch_fp4_grouped_gemm(
+        copy ? kernels::copy_rows_in_expert_order(g, reinterpret_cast<__nv_bfloat16*>(workspace.get()), stream) : g, launch,
+        stream);
+  };
   auto launch_gemm = [&] {
     if (behind_another) {
       kernels::GroupedGemmArgs first = args;
       first.y = reinterpret_cast<__nv_bfloat16*>(decoy.get());
-      kernels::launch_fp4_grouped_gemm(first, launch, stream);
+      launch_one(first);
     }
-    kernels::launch_fp4_grouped_gemm(args, launch, stream);
+    launch_one(args);
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   };
   launch_gemm();
@@ -364,9 +370,9 @@ TEST(GpuGroupedGemm, RejectsWhatThePlannerRejects) {
     args.gather = reinterpret_cast<const int32_t*>(dummy);
     try {
       kernels::launch_fp4_grouped_gemm(args, launch, nullptr);
-      ADD_FAILURE() << "gathered rows without a workspace were accepted by " << plan::gemm_tile_name(tile);
+      ADD_FAILURE() << "gathered rows were accepted by " << plan::gemm_tile_name(tile) << ", which loads them by TMA";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("gather_workspace"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("copy_rows_in_expert_order"), std::string::npos) << e.what();
     }
     break;
   }

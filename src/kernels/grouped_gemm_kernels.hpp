@@ -1,17 +1,20 @@
-// Host side of the warp-specialized (sm_90a) grouped GEMM tiles: their kernel
-// entry points and the tensor maps of their operands.
+// The FP4 grouped GEMM kernels' entry points, one per tile, and the tensor maps
+// the warp-specialized (sm_90a) tiles copy their operands through.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
-#include "kernels/grouped_gemm_common.cuh"
+#include "kernels/grouped_gemm_params.hpp"
+#include "plan/gemm_layout.hpp"
 
 namespace fp4moe::kernels {
 
-// The kernel of warp-specialized tile `tile` (plan::kGemmTiles[tile].warp_specialized).
+// The kernel of tile `tile`: warp-specialized (fp4_grouped_gemm_ws_sm90.cu) or
+// all warps loading (fp4_grouped_gemm.cu), as plan::kGemmTiles[tile] says.
 detail::KernelFn ws_kernel(int tile);
+detail::KernelFn all_warps_kernel(int tile);
 
 // x [rows, k] bf16, boxes of 64 k x nt rows in the 128-byte-swizzled layout a
 // wgmma descriptor reads; rows past the end read as zeros.

@@ -1,0 +1,228 @@
+// The FP4 grouped GEMM's host launcher: the planner's verdict on each launch,
+// the grid (resident CTAs, measured once per tile and size), the split-K and
+// tensor-map parameters, then the kernel of the tile.
+#include <array>
+
+#include "format/gemm_pack.hpp"
+#include "format/prepare_gemm.hpp"
+#include "fp4moe/error.hpp"
+#include "kernels/dependent_launch.hpp"
+#include "kernels/fp4_grouped_gemm.hpp"
+#include "kernels/grouped_gemm_kernels.hpp"
+#include "kernels/routing_kernels.hpp"
+#include "plan/gemm_layout.hpp"
+#include "plan/gemm_plan.hpp"
+#include "plan/split_k.hpp"
+#include "runtime/cuda_check.hpp"
+#include "runtime/device_limits.hpp"
+
+namespace fp4moe::kernels {
+namespace {
+
+using detail::KernelFn;
+using detail::KernelParams;
+using detail::TensorMaps;
+using plan::GemmSmemLayout;
+
+struct DeviceState : DeviceLimits {
+  // Per tile: the dynamic shared memory the kernel attribute allows, and the
+  // CTAs resident on the whole device at that size, measured once (launches stay cheap on the host).
+  std::array<int64_t, plan::kNumGemmTiles> attr_bytes{};
+  std::array<int64_t, plan::kNumGemmTiles> occupancy_bytes{};
+  std::array<int, plan::kNumGemmTiles> occupancy{};
+};
+
+DeviceState& current_device() {
+  static thread_local DeviceState s;
+  int dev = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  if (s.device != dev) {
+    s = DeviceState{};
+    static_cast<DeviceLimits&>(s) = device_limits(dev);
+  }
+  return s;
+}
+
+// CTAs of tile `tile` with `smem` bytes resident on the whole device (kernel
+// attribute raised and occupancy measured once per tile and size).
+int resident_ctas(DeviceState& ds, int tile, int64_t smem) {
+  const KernelFn fn = plan::kGemmTiles[tile].warp_specialized ? ws_kernel(tile) : all_warps_kernel(tile);
+  const size_t ti = static_cast<size_t>(tile);
+  if (ds.attr_bytes[ti] < smem) {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    ds.attr_bytes[ti] = smem;
+  }
+  const int cluster = plan::kGemmTiles[tile].cluster_n;
+  if (ds.occupancy_bytes[ti] != smem) {
+    if (cluster > 1) {
+      // clusters: as many CTAs as whole clusters can be resident at once (GPCs place them)
+      cudaLaunchAttribute attr = cluster_dimension(static_cast<unsigned>(cluster));
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(static_cast<unsigned>(cluster * ds.sm_count));
+      cfg.blockDim = dim3(static_cast<unsigned>(plan::kGemmTiles[tile].threads()));
+      cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(fn), &cfg));
+      ds.occupancy[ti] = clusters * cluster;
+    } else {
+      int per_sm = 0;
+      FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(fn), plan::kGemmTiles[tile].threads(),
+                                                                      static_cast<size_t>(smem)));
+      ds.occupancy[ti] = per_sm * ds.sm_count;
+    }
+    ds.occupancy_bytes[ti] = smem;
+  }
+  FP4MOE_CHECK(ds.occupancy[ti] >= 1,
+               "grouped GEMM: tile " << plan::gemm_tile_name(tile) << " with " << smem << " bytes of shared memory cannot be resident");
+  return ds.occupancy[ti];
+}
+
+// The planner's verdict on a launch; a launch it rejects is an error carrying its explanation.
+plan::GemmTileFit checked_fit(const GemmLaunch& launch, int64_t n, int64_t k, const plan::SmemBudget& budget) {
+  const plan::GemmTileFit fit = plan::fit_gemm_tile(launch.tile, n, k, budget, launch.stages);
+  FP4MOE_CHECK(fit.fits, "grouped GEMM: the planner rejects this launch: "
+                             << plan::plan_gemm_tile(launch.tile, n, k, budget, launch.stages).explanation);
+  return fit;
+}
+
+// The split of a warp-specialized launch of `grid` CTAs: forced, or the planner's.
+plan::SplitKPlan k_split_plan(const GroupedGemmArgs& a, const GemmLaunch& launch, int grid) {
+  const plan::GemmTile& tile = plan::kGemmTiles[launch.tile];
+  plan::SplitKPlan sp;
+  sp.tile = launch.tile;
+  if (launch.k_splits > 0) {
+    sp.splits = launch.k_splits;
+    sp.why = plan::SplitKPlan::Why::given;
+  } else if (!tile.splits_k() || !a.split_workspace) {
+    sp.why = tile.splits_k() ? plan::SplitKPlan::Why::no_workspace : plan::SplitKPlan::Why::tile_does_not_split;
+  } else {
+    sp = plan::plan_k_splits(launch.tile, a.n, a.k,
+                             plan::expected_token_chunks(a.permuted_rows, a.num_experts, tile.chunk(), tile.nt), grid,
+                             a.split_workspace_bytes);
+  }
+  return sp;
+}
+
+// Split-K parameters of a warp-specialized launch of `grid` CTAs (plan/split_k.hpp).
+void set_k_splits(KernelParams& kp, const GroupedGemmArgs& a, const GemmLaunch& launch, int grid) {
+  const plan::GemmTile& tile = plan::kGemmTiles[launch.tile];
+  const int64_t kt = a.k / tile.bk;
+  FP4MOE_CHECK(launch.k_splits <= kt, "grouped GEMM: k_splits = " << launch.k_splits << " is more than the " << kt
+                                                                 << " K stages of tile " << plan::gemm_tile_name(launch.tile));
+  if (launch.k_splits > 1)
+    FP4MOE_CHECK(a.split_workspace && plan::SplitKWorkspace::slots(tile, a.split_workspace_bytes) >= launch.k_splits,
+                 "grouped GEMM: k_splits = " << launch.k_splits << " needs split_workspace ("
+                                            << a.split_workspace_bytes << " bytes given, at least "
+                                            << plan::SplitKWorkspace::kCounterBytes +
+                                                   launch.k_splits * plan::SplitKWorkspace::slot_bytes(tile)
+                                            << ")");
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(a.split_workspace) % 16 == 0, "grouped GEMM: split_workspace is not 16-byte aligned");
+  const int splits = k_split_plan(a, launch, grid).splits;
+  if (splits <= 1) return;
+  kp.k_splits = splits;
+  kp.split_slots = plan::SplitKWorkspace::slots(tile, a.split_workspace_bytes);
+  kp.split_counters = static_cast<int32_t*>(a.split_workspace);
+  kp.split_partials = reinterpret_cast<float*>(static_cast<uint8_t*>(a.split_workspace) + plan::SplitKWorkspace::kCounterBytes);
+}
+
+}  // namespace
+
+plan::SplitKPlan gemm_launch_k_splits(const GroupedGemmArgs& a, const GemmLaunch& launch) {
+  DeviceState& dev = current_device();
+  const plan::GemmTileFit fit = checked_fit(launch, a.n, a.k, dev.budget);
+  return k_split_plan(a, launch, launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, fit.smem_bytes));
+}
+
+int gemm_launch_grid(const GemmLaunch& launch) {
+  FP4MOE_CHECK(launch.grid > 0 || launch.stages >= 1,
+               "gemm_launch_grid: launch.stages = " << launch.stages << " (the planner's count is needed to size the grid)");
+  return launch.grid > 0 ? launch.grid : resident_ctas(current_device(), launch.tile, gemm_launch_smem_bytes(launch));
+}
+
+int64_t gemm_launch_smem_bytes(const GemmLaunch& launch) {
+  FP4MOE_CHECK(launch.tile >= 0 && launch.tile < plan::kNumGemmTiles,
+               "GEMM tile index " << launch.tile << " is outside 0.." << plan::kNumGemmTiles - 1);
+  return plan::gemm_layout(launch.tile).total_bytes(launch.stages);
+}
+
+void launch_fp4_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& launch, cudaStream_t stream) {
+  DeviceState& dev = current_device();
+  FP4MOE_CHECK(a.num_experts >= 1 && a.num_experts <= GemmSmemLayout::kMaxExperts,
+               "grouped GEMM: num_experts = " << a.num_experts << " is outside 1.." << GemmSmemLayout::kMaxExperts);
+  FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.x && a.expert_offsets,
+               "grouped GEMM: a device pointer is null (weights, scales, dequant_scale, x and expert_offsets are required)");
+  FP4MOE_CHECK(a.scale_parts == 1 || a.scale_parts == 2, "grouped GEMM: scale_parts = " << a.scale_parts << " is not 1 or 2");
+  if (a.epilogue == GemmEpilogue::scatter_add) {
+    FP4MOE_CHECK(a.accumulate && a.permuted_pair && a.topk_weights && a.top_k >= 1,
+                 "grouped GEMM: scatter_add needs accumulate, permuted_pair, topk_weights and top_k");
+    FP4MOE_CHECK(reinterpret_cast<uintptr_t>(a.accumulate) % 16 == 0,
+                 "grouped GEMM: accumulate is not 16-byte aligned (the epilogue adds 4 floats at a time)");
+  }
+  else
+    FP4MOE_CHECK(a.y, "grouped GEMM: y is null");
+  FP4MOE_CHECK(a.permuted_rows >= 0, "grouped GEMM: permuted_rows = " << a.permuted_rows << " is negative");
+  if (a.epilogue == GemmEpilogue::swiglu)
+    FP4MOE_CHECK(a.n % 32 == 0, "grouped GEMM: SwiGLU needs N = " << a.n << " to be a multiple of 32 (16 gate + 16 up rows)");
+  // The planner decides whether this launch may run; nothing it rejects is launched.
+  const plan::GemmTileFit pl = checked_fit(launch, a.n, a.k, dev.budget);
+  const plan::GemmTile& tile = plan::kGemmTiles[launch.tile];
+  const KernelFn fn = tile.warp_specialized ? ws_kernel(launch.tile) : all_warps_kernel(launch.tile);
+  const int64_t smem = pl.smem_bytes;
+  const int grid = launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, smem);
+  FP4MOE_CHECK(grid % tile.cluster_n == 0, "grouped GEMM: grid = " << grid << " CTAs is not a whole number of tile "
+                                                                 << plan::gemm_tile_name(launch.tile) << "'s clusters of "
+                                                                 << tile.cluster_n);
+  KernelParams kp{a.weights, a.scales, a.dequant_scale, a.x, a.gather, a.expert_offsets, a.y,
+                  a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
+                  a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
+                  pack::scale_add2(prepared_scale_exponent_add(a.format)),
+                  launch.probe, a.permuted_rows, 0, 1, 0, nullptr, nullptr};
+  FP4MOE_CHECK(launch.k_splits >= 0 && launch.k_splits <= plan::kMaxKSplits,
+               "grouped GEMM: k_splits = " << launch.k_splits << " is outside 0.." << plan::kMaxKSplits);
+  FP4MOE_CHECK(tile.splits_k() || launch.k_splits <= 1,
+               "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile) << " does not split K (k_splits = "
+                                    << launch.k_splits << "); warp-specialized tiles of up to 128 accumulators per thread do");
+  // Warp-specialized tiles load every operand through a tensor map (TMA).
+  TensorMaps maps{};
+  if (tile.warp_specialized) {
+    FP4MOE_CHECK(a.permuted_rows > 0, "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile)
+                                          << " loads the rows by TMA and needs permuted_rows (P = expert_offsets[E]), got "
+                                          << a.permuted_rows);
+    FP4MOE_CHECK(!a.gather, "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile)
+                                                 << " loads its rows in expert order by TMA; gathered rows must be copied "
+                                                    "first (copy_rows_in_expert_order)");
+    // Every map is encoded (and checked) before anything is queued.
+    maps.weights = weight_tensor_map(a.weights, a.num_experts, a.n, a.k, tile);
+    maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile);
+    maps.x = activation_tensor_map(kp.x, a.permuted_rows, a.k, tile.nt);
+    set_k_splits(kp, a, launch, grid);
+    // (only where the launch may overlap its predecessor: without dependent
+    // launch nothing is gained, and isolated launches measured slower with it)
+    kp.offsets_ready_at_launch = a.offsets_ready_at_launch && dependent_launch_enabled(reinterpret_cast<const void*>(fn));
+  }
+  launch_dependent_in_clusters(fn, grid, tile.threads(), static_cast<size_t>(smem), static_cast<unsigned>(tile.cluster_n),
+                               stream, kp, maps);
+  FP4MOE_CHECK_LAUNCH("fp4_grouped_gemm");
+}
+
+bool loads_rows_in_expert_order(int tile) {
+  FP4MOE_CHECK(tile >= 0 && tile < plan::kNumGemmTiles, "GEMM tile index " << tile << " is outside 0.." << plan::kNumGemmTiles - 1);
+  return plan::kGemmTiles[tile].warp_specialized;
+}
+
+GroupedGemmArgs copy_rows_in_expert_order(const GroupedGemmArgs& a, __nv_bfloat16* rows, cudaStream_t stream) {
+  FP4MOE_CHECK(rows, "copy_rows_in_expert_order: rows [" << a.permuted_rows << ", " << a.k << "] is null");
+  FP4MOE_CHECK(a.permuted_rows > 0, "copy_rows_in_expert_order: needs permuted_rows (P = expert_offsets[E]), got "
+                                        << a.permuted_rows);
+  GroupedGemmArgs b = a;
+  if (!a.gather) return b;
+  // (one-row boxes and in-kernel cp.async gathers both measured slower than this copy; docs/kernels.md)
+  launch_gather_rows({a.x, a.gather, a.permuted_rows, a.k, rows}, stream);
+  b.x = rows;
+  b.gather = nullptr;
+  return b;
+}
+
+}  // namespace fp4moe::kernels
