@@ -1,0 +1,104 @@
+// The grouped GEMM's epilogue: accumulator fragments scaled into an fp32
+// staging tile in shared memory, then written as whole rows: stored (bf16),
+// SwiGLU of gate and up rows (GEMM1), or weighted and added into each token's
+// fp32 sum (the fused finalize). Both kernels use it.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "format/prepared_layout.hpp"
+#include "kernels/fp4_grouped_gemm.hpp"
+#include "kernels/gemm_scheduler.cuh"
+#include "kernels/grouped_gemm_params.hpp"
+
+namespace fp4moe::kernels::detail {
+
+// Accumulator fragment (rows f and f+8, token columns tok and tok+1 of an n8
+// tile; mma.sync's C layout, which is also wgmma's per warp) -> the fp32
+// staging tile [token][row], times the expert's dequantization scale.
+__device__ __forceinline__ void stage_fragment(float* epi, int stride, int f, int tok, const float v[4], float gs) {
+  epi[tok * stride + f] = v[0] * gs;
+  epi[(tok + 1) * stride + f] = v[1] * gs;
+  epi[tok * stride + f + 8] = v[2] * gs;
+  epi[(tok + 1) * stride + f + 8] = v[3] * gs;
+}
+
+// The dequantization scale of weight row `row` (its 16-row group picks a part).
+__device__ __forceinline__ float dequant_scale_of(const KernelParams& p, int expert, int64_t row) {
+  return p.dequant_scale[expert * p.scale_parts + (row / 16) % p.scale_parts];
+}
+
+// Two floats as bf16x2 bits.
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &h, 4);
+  return u;
+}
+
+// One 16-byte global store. Written as a uint4 through a cast bf16 pointer,
+// nvcc emitted four 4-byte stores here (Nsight Compute: 73% of the kernel's L2
+// store sectors excessive); the vector store is spelled out.
+__device__ __forceinline__ void store_16_bytes(__nv_bfloat16* dst, const uint32_t (&v)[4]) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+               : "memory");
+}
+
+// Writes a staged fp32 tile of `Rows` weight rows (output features col0..) for
+// the item's tokens, with `Threads` threads numbered by `tid`: whole 16-byte
+// rows to y (store), silu(gate) * up (SwiGLU, gate and up interleaved every 16
+// rows, pack::kGateUpInterleaveRows), or topk-weighted fp32 atomics into the token's output (scatter_add).
+template <int Rows, int Threads>
+__device__ __forceinline__ void write_staged_tile(const KernelParams& p, const WorkItem& w, const float* epi, int stride,
+                                                  int64_t col0, int tid) {
+  if (p.epilogue == int(GemmEpilogue::swiglu)) {
+    constexpr int kPieces = Rows / 2 / 8;  // 8 output columns per piece
+    constexpr int kG = pack::kGateUpInterleaveRows;
+    const int64_t ld = p.n / 2;
+#pragma unroll 1
+    for (int i = tid; i < w.rows * kPieces; i += Threads) {
+      const int r = i / kPieces, j0 = (i % kPieces) * 8;
+      const int g = (j0 / kG) * 2 * kG + j0 % kG;  // gate row of output column j0; its up row is g + kG
+      const float* er = epi + r * stride;
+      uint32_t o[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float g0 = er[g + 2 * q], g1 = er[g + 2 * q + 1];
+        o[q] = bf16x2_bits(g0 / (1.f + __expf(-g0)) * er[g + kG + 2 * q], g1 / (1.f + __expf(-g1)) * er[g + kG + 2 * q + 1]);
+      }
+      store_16_bytes(p.y + int64_t(w.row0 + r) * ld + col0 / 2 + j0, o);
+    }
+  } else if (p.epilogue == int(GemmEpilogue::scatter_add)) {
+    constexpr int kPieces = Rows / 4;  // 4 columns per piece
+#pragma unroll 1
+    for (int i = tid; i < w.rows * kPieces; i += Threads) {
+      const int r = i / kPieces, c0 = (i % kPieces) * 4;
+      const int32_t pair = p.permuted_pair[w.row0 + r];
+      const float wt = p.topk_weights[pair];
+      float* dst = p.accumulate + int64_t(pair / p.top_k) * p.n + col0 + c0;
+      const float* e = epi + r * stride + c0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      // one 16-byte vector reduction (sm_90+): a quarter of the atomic operations
+      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(wt * e[0], wt * e[1], wt * e[2], wt * e[3]));
+#else
+#pragma unroll
+      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * e[q]);
+#endif
+    }
+  } else {
+    constexpr int kPieces = Rows / 8;
+#pragma unroll 1
+    for (int i = tid; i < w.rows * kPieces; i += Threads) {
+      const int r = i / kPieces, c0 = (i % kPieces) * 8;
+      const float* er = epi + r * stride + c0;
+      uint32_t o[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) o[q] = bf16x2_bits(er[2 * q], er[2 * q + 1]);
+      store_16_bytes(p.y + int64_t(w.row0 + r) * p.n + col0 + c0, o);
+    }
+  }
+}
+
+}  // namespace fp4moe::kernels::detail

@@ -1,0 +1,91 @@
+// The warp-specialized kernel's producer: one thread of the producer warpgroup
+// fills the stage ring. Per stage, one tensor copy of the weights, one of the
+// block scales (src/plan/tma_geometry.hpp) and one per 64-k atom of the
+// activation rows, 128-byte swizzled as wgmma reads them: a few instructions
+// per stage, so the ring stays full however busy the consumers keep the SM's
+// schedulers. The rows are in expert order (the layer copies gathered rows
+// first). Completion is the "full" barrier's transaction count.
+#pragma once
+#include <cstdint>
+
+#include "kernels/async_sm90.cuh"
+#include "kernels/ws_pipeline.cuh"
+#include "kernels/ws_schedule.cuh"
+
+namespace fp4moe::kernels::detail {
+
+template <int TileIndex>
+struct WsProducer {
+  static constexpr plan::GemmTile T = plan::kGemmTiles[TileIndex];
+  static constexpr plan::GemmSmemLayout L{T};
+  static constexpr int kCluster = T.cluster_n;
+  static constexpr uint16_t kClusterMask = uint16_t((1u << kCluster) - 1);
+  static constexpr uint32_t kActStageBytes = uint32_t(T.nt) * T.bk * 2;
+  static constexpr uint32_t kStageTx = uint32_t(L.weight_bytes_per_stage() + L.scale_bytes_per_stage());
+  static constexpr int kActAtoms = T.bk / 64;  // 64-k atoms of a stage's activations
+
+  const WsSchedule<TileIndex>& sched;
+  const StageRing<kCluster>& ring;
+  const TensorMaps& maps;
+
+  // The weights and scales of K stage kt of item w into the ring slot at st (one tensor copy each).
+  __device__ void copy_stage_weights(uint8_t* st, int kt, const WorkItem& w, uint64_t* bar) const {
+    const int rowgroup0 = w.expert * static_cast<int>(sched.p.n / 16) + w.ntile * (T.bm / 16);  // the tile's first 16-row group
+    async::tensor_copy_3d(st + L.weight_offset(), &maps.weights, 0, kt * (T.bk / 32), rowgroup0, bar);
+    async::tensor_copy_2d(st + L.scale_offset(), &maps.scales, kt * T.bk, rowgroup0, bar);
+  }
+
+  // Before the previous kernel has finished (thread 0): the weights of this
+  // CTA's first item's first stages (WsSchedule::early_stages), ring slots 0.. in order.
+  __device__ void ask_first_stages_early() const {
+    const int pre = sched.early_stages();
+    if (pre <= 0) return;
+    const int parts = sched.splits();
+    const WorkItem w = sched.first_item_tile(parts);
+    const int kt0 = sched.kt_begin(sched.first_item() % parts, parts);
+    for (int s = 0; s < pre; ++s) {  // the full count: the activations follow after the wait
+      async::mbarrier_arrive_expect_tx(&ring.full[s], kStageTx + kActStageBytes);
+      copy_stage_weights(sched.smem + s * L.smem_bytes_per_stage(), kt0 + s, w, &ring.full[s]);
+    }
+  }
+
+  // The producer warp's loop over the CTA's items and their K stages (lane 0 issues the copies).
+  __device__ void run(int lane) const {
+    const KernelParams& p = sched.p;
+    const int parts = sched.splits(), items = sched.total_items(), pre = sched.early_stages();
+    RingCursor c;
+    for (int it = sched.first_item(); it < items; it += sched.item_stride()) {
+      const WorkItem w = sched.item(it, parts);
+      if (w.rows <= 0) continue;  // the consumers skip it too
+      // (an activation box counts all nt rows; those past the end of x are zero-filled)
+      const uint32_t tx = p.probe == GemmProbe::math_only ? 0u : kStageTx + kActStageBytes;
+      const int kt_first = sched.kt_begin(it % parts, parts), kt_end = sched.kt_begin(it % parts + 1, parts);
+      for (int kt = kt_first; kt < kt_end; ++kt) {
+        // the first item's first `pre` stages: weights and scales already asked for, slot free
+        const bool early = it == sched.first_item() && kt - kt_first < pre;
+        if (!early) ring.wait_empty(c);
+        uint8_t* st = sched.smem + c.slot * L.smem_bytes_per_stage();
+        if (lane == 0) {
+          if (!early) async::mbarrier_arrive_expect_tx(&ring.full[c.slot], tx);
+          if (p.probe != GemmProbe::math_only) {
+            if (!early) copy_stage_weights(st, kt, w, &ring.full[c.slot]);
+#pragma unroll
+            for (int a = 0; a < kActAtoms; ++a) {
+              uint8_t* dst = st + L.act_offset() + a * (T.nt * 128);
+              if constexpr (kCluster > 1) {
+                // each CTA of the cluster multicasts its share of the atoms to all
+                if (a % kCluster == sched.cluster_rank())
+                  async::tensor_copy_2d_multicast(dst, &maps.x, kt * T.bk + a * 64, w.row0, &ring.full[c.slot], kClusterMask);
+              } else {
+                async::tensor_copy_2d(dst, &maps.x, kt * T.bk + a * 64, w.row0, &ring.full[c.slot]);
+              }
+            }
+          }
+        }
+        c.advance(ring.stages);
+      }
+    }
+  }
+};
+
+}  // namespace fp4moe::kernels::detail

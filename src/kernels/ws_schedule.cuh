@@ -1,0 +1,84 @@
+// The warp-specialized kernel's scheduler: the (token chunk, N tile, K part)
+// items a CTA walks, expert-major (all of one expert's items together, so its
+// weights and its tokens' rows stay in L2), from the chunk prefix in shared
+// memory and the expert offsets. Every value is recomputed from the parameters
+// and shared memory where it is used: kept live across setmaxnreg, ptxas
+// spills them.
+#pragma once
+#include <cstdint>
+
+#include "kernels/gemm_scheduler.cuh"
+#include "kernels/grouped_gemm_params.hpp"
+#include "plan/gemm_layout.hpp"
+#include "plan/split_k.hpp"
+
+namespace fp4moe::kernels::detail {
+
+template <int TileIndex>
+struct WsSchedule {
+  static constexpr plan::GemmTile T = plan::kGemmTiles[TileIndex];
+  static constexpr plan::GemmSmemLayout L{T};
+  static constexpr int kCluster = T.cluster_n;
+
+  const KernelParams& p;
+  uint8_t* smem;
+  const int32_t* prefix;  // token chunks per expert, prefix-summed (build_chunk_prefix)
+  int E;                  // p.num_experts
+
+  // The items this CTA walks: its cluster's, each CTA of a cluster with its
+  // own N tile (clusters run along x).
+  __device__ static int first_item() { return int(blockIdx.x) / kCluster; }
+  __device__ static int item_stride() { return int(gridDim.x) / kCluster; }
+  __device__ static int cluster_rank() { return int(blockIdx.x) % kCluster; }
+  // expert_offsets[E], kept in shared memory by build_chunk_prefix
+  __device__ int32_t* routed_rows() const {
+    constexpr plan::GemmSmemLayout layout{T};  // (a static member is host data; a local constant is not)
+    return reinterpret_cast<int32_t*>(smem + layout.routed_rows_offset(p.stages));
+  }
+  __device__ int n_tiles() const { return static_cast<int>(p.n / T.bm); }
+  // Split-K: item i is part i % splits of (chunk, N tile) item i / splits; the
+  // parts of one item are neighbours, so they run at the same time. Every CTA
+  // counts the same: no split where the real items would overflow the workspace.
+  __device__ int splits() const {
+    const int64_t base = int64_t(prefix[E]) * n_tiles();
+    return T.splits_k() && p.k_splits > 1 && base <= plan::SplitKWorkspace::kCounters && base * p.k_splits <= p.split_slots
+               ? p.k_splits
+               : 1;
+  }
+  __device__ int total_items() const { return prefix[E] * (n_tiles() / kCluster) * splits(); }
+  // K stages [kt_begin(s), kt_begin(s + 1)) of part s
+  __device__ int kt_begin(int split, int parts) const { return static_cast<int>(p.k / T.bk) * split / parts; }
+  __device__ WorkItem item(int i, int parts) const {
+    WorkItem w = work_item<T.chunk(), true>(i / parts, prefix, p.expert_offsets, E, prefix[E], n_tiles() / kCluster);
+    if constexpr (kCluster > 1) w.ntile = w.ntile * kCluster + cluster_rank();
+    // rows at or past P (expert_offsets[E] above the caller's P) are neither loaded nor written
+    w.rows = static_cast<int>(min(int64_t(w.rows), p.permuted_rows - w.row0));
+    return w;
+  }
+  // The first item's weights need only its expert and N tile, which the prefix
+  // in shared memory gives: loading its expert offsets first added a round
+  // trip to L2 before the first copy (GemmTile::first_tile_from_prefix).
+  __device__ WorkItem first_item_tile(int parts) const {
+    if constexpr (T.first_tile_from_prefix()) {
+      const ItemTile t = work_item_tile<true>(first_item() / parts, prefix, E, prefix[E], n_tiles());
+      WorkItem w{};
+      w.expert = t.expert, w.ntile = t.ntile;  // (copy_stage_weights needs no more)
+      return w;
+    } else {
+      return item(first_item(), parts);
+    }
+  }
+  // Stages of this CTA's first item whose weights and scales the producer asks
+  // for before the previous kernel has finished (weights are never written; the
+  // schedule may be read early when the offsets were final before that kernel
+  // started: GroupedGemmArgs::offsets_ready_at_launch). Every item has rows
+  // unless the routed rows pass P; then none is asked for early.
+  __device__ int early_stages() const {
+    if (!p.offsets_ready_at_launch || p.probe == GemmProbe::math_only || first_item() >= total_items()) return 0;
+    const int parts = splits();
+    if (T.first_tile_from_prefix() ? *routed_rows() > p.permuted_rows : item(first_item(), parts).rows <= 0) return 0;
+    return min(p.stages, kt_begin(first_item() % parts + 1, parts) - kt_begin(first_item() % parts, parts));
+  }
+};
+
+}  // namespace fp4moe::kernels::detail
