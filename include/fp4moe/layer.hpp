@@ -19,8 +19,8 @@
 
 #include "fp4moe/format.hpp"
 #include "fp4moe/model.hpp"
-#include "fp4moe/reference.hpp"
 #include "fp4moe/version.hpp"
+#include "fp4moe/weights.hpp"
 
 namespace fp4moe {
 

@@ -12,6 +12,7 @@
 
 #include "fp4moe/format.hpp"
 #include "fp4moe/model.hpp"
+#include "fp4moe/weights.hpp"
 
 namespace fp4moe {
 
@@ -32,26 +33,6 @@ struct Permutation {
   std::vector<int32_t> permuted_pair;   // [T*k], pair index t*k + j
 };
 Permutation permute_reference(const Routing& r, int64_t num_experts);
-
-// One expert MLP, quantized. gate and up: [I, H]; down: [H, I]. The biases,
-// when the model has them (MoeConfig::expert_bias): [I], [I], [H].
-struct ExpertWeights {
-  Fp4Matrix gate, up, down;
-  std::vector<float> gate_bias = {}, up_bias = {}, down_bias = {};
-};
-
-struct MoeWeights {
-  std::vector<ExpertWeights> experts;      // [E]
-  std::vector<float> correction_bias;      // [E] when the model uses it
-  std::vector<uint16_t> router_weight;     // bf16 bits [E, H] (mlp.gate.weight), optional
-  std::vector<float> router_bias;          // [E] (gpt-oss's router), optional
-  bool has_shared = false;
-  ExpertWeights shared;
-};
-
-// Random weights for a config: Gaussian-ish values quantized in `format`; for
-// full-size models (E*H*I > 2^28) FP4 codes and block scales drawn directly.
-MoeWeights random_moe_weights(const MoeConfig& cfg, Fp4Format format, uint64_t seed);
 
 // out[t] = sum_j w[t,j] * down(act(gate x, up x)) (+ shared expert), fp32 [T, H],
 // act per MoeConfig::activation, with the expert biases when the model has them.

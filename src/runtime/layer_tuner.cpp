@@ -29,17 +29,9 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
     if (seen.insert(b).second) jobs.emplace_back(T, b);
   }
 
-  struct GemmSpec {
-    const char* name;
-    const PreparedProjection* w;
-    bool dense;  // the shared expert: every token, one "expert"
-  };
-  std::vector<GemmSpec> gemms = {{"gemm1", &m.routed->w13, false}, {"gemm2", &m.routed->w2, false}};
-  if (m.shared) gemms.insert(gemms.end(), {{"shared gemm1", &m.shared->w13, true}, {"shared gemm2", &m.shared->w2, true}});
-
   int total = 0, done = 0;
   for (size_t j = 0; j < jobs.size(); ++j)
-    for (const GemmSpec& g : gemms)
+    for (const GemmStep& g : m.gemm_steps(1, nullptr))
       for (int t = 0; t < plan::kNumGemmTiles; ++t) total += plan::plan_gemm_tile(t, g.w->n, g.w->k, m.budget).fits;
 
   cudaStream_t s;
@@ -56,22 +48,9 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
     DeviceBuffer<float> logits(host_logits);
     m.route(s, logits.get(), T);
     m.permute(s, m.topk_ids.get(), T);
-    const double routed_tpe = double(T * c.top_k) / double(c.num_experts);
-    const int64_t active = m.active_experts(T);
-    for (const GemmSpec& g : gemms) {
-      const double tpe = g.dense ? double(T) : routed_tpe;
-      const int64_t act = g.dense ? 1 : active;
-      const int32_t* offs = g.dense ? m.dense_offsets.get() : m.offsets.get();
-      const bool first = std::string(g.name).find("gemm1") != std::string::npos;
-      using kernels::GemmEpilogue;
-      const GemmEpilogue epi = first ? GemmEpilogue::swiglu
-                                 : (!g.dense && m.finalize != FinalizeMode::split) ? GemmEpilogue::scatter_add
-                                                                                   : GemmEpilogue::store;
-      __nv_bfloat16* y = first ? (g.dense ? m.shared_a2.get() : m.a2.get())
-                               : (g.dense ? m.shared_y.get() : (m.y2.size() ? m.y2.get() : nullptr));
-      const __nv_bfloat16* in = first ? x.get() : (g.dense ? m.shared_a2.get() : m.a2.get());
-      const int32_t* gather = first && !g.dense ? m.permuted_token.get() : nullptr;
-      const int64_t gemm_rows = g.dense ? T : T * c.top_k;
+    for (const GemmStep& g : m.gemm_steps(T, x.get())) {
+      const double tpe = g.tokens_per_expert;
+      const int64_t act = g.active_experts;
 
       const int def = plan::rank_gemm_tiles(g.w->n, g.w->k, m.budget, tpe, act, m.sm_count);
       TuneRow row;
@@ -83,8 +62,9 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
       // replayed from a CUDA graph as the layer runs in serving (and in `fp4moe bench`)
       const auto time_tile = [&](int t, int stages, int warmup, int reps) {
         try {
-          return time_graph_replay([&] { m.launch_gemm({t, stages}, *g.w, in, gather, gemm_rows, offs, epi, y, s); }, s,
-                                   warmup, reps).median_ms;
+          return time_graph_replay(
+                     [&] { m.launch_gemm({t, stages}, *g.w, g.x, g.gather, g.rows, g.offsets, g.epilogue, g.y, s); }, s,
+                     warmup, reps).median_ms;
         } catch (const Error& e) {
           throw Error("tune: " + std::string(g.name) + " tile " + plan::gemm_tile_name(t) +
                       " failed although the planner accepted it (" +
@@ -112,7 +92,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
         if (best < 0 || medians[i] < row.tuned_ms) best = close[i].tile, best_stages = close[i].stages, row.tuned_ms = medians[i];
       }
       row.tuned_tile = plan::gemm_tile_name(best);
-      m.cache->put(m.tune_key(*g.w, tpe, epi), {row.tuned_tile, best_stages, row.tuned_ms, row.default_tile, row.default_ms});
+      m.cache->put(m.tune_key(*g.w, tpe, g.epilogue), {row.tuned_tile, best_stages, row.tuned_ms, row.default_tile, row.default_ms});
       rows.push_back(row);
     }
   }

@@ -276,7 +276,6 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   FP4MOE_CHECK(hidden && (router_logits || routed) && (out || sums),
                "forward: hidden, router_logits and out must be device pointers, got null");
   if (tokens == 0) return;
-  const int64_t P = tokens * c.top_k;
   const int32_t* ids = routed ? routed->ids : m.topk_ids.get();
   const float* weights = routed ? routed->weights : m.topk_weights.get();
 
@@ -285,21 +284,12 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   m.permute(stream, ids, tokens);
   mark("permute");
   const ForwardPlan& plan = m.forward_plan(tokens);
-  using kernels::GemmEpilogue;
-  m.launch_gemm(plan.gemm1, m.routed->w13, hidden, m.permuted_token.get(), P, m.offsets.get(), GemmEpilogue::swiglu,
-                m.a2.get(), stream);
-  mark("gemm1");
-  if (m.finalize != FinalizeMode::split && !kernels::launches_skipped())
-    FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.accumulate.get(), 0, size_t(tokens * c.hidden) * sizeof(float), stream));
-  m.launch_gemm(plan.gemm2, m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), m.gemm2_epilogue(),
-                m.finalize == FinalizeMode::split ? m.y2.get() : nullptr, stream, weights);
-  mark("gemm2");
-  if (m.shared) {
-    m.launch_gemm(plan.shared_gemm1, m.shared->w13, hidden, nullptr, tokens, m.dense_offsets.get(), GemmEpilogue::swiglu,
-                  m.shared_a2.get(), stream);
-    m.launch_gemm(plan.shared_gemm2, m.shared->w2, m.shared_a2.get(), nullptr, tokens, m.dense_offsets.get(),
-                  GemmEpilogue::store, m.shared_y.get(), stream);
-    mark("shared");
+  for (const GemmStep& g : m.gemm_steps(tokens, hidden)) {
+    // the fused finalize's epilogue adds into fp32 sums that start at zero
+    if (g.epilogue == kernels::GemmEpilogue::scatter_add && !kernels::launches_skipped())
+      FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.accumulate.get(), 0, size_t(tokens * c.hidden) * sizeof(float), stream));
+    m.launch_step(g, plan, stream, weights);
+    if (g.stage) mark(g.stage);
   }
   kernels::FinalizeArgs f;
   f.expert_out = m.finalize == FinalizeMode::split ? m.y2.get() : nullptr;
@@ -351,29 +341,18 @@ int64_t MoeLayer::workspace_bytes() const {
 
 std::string MoeLayer::describe(int64_t tokens) const {
   const Impl& m = *impl_;
-  const int64_t P = tokens * m.cfg.top_k;
-  const double per_expert = m.pairs_per_expert(tokens);
-  const int64_t active = m.active_experts(tokens);
   std::ostringstream os;
-  using kernels::GemmEpilogue;
-  auto line = [&](const char* what, const PreparedProjection& w, double tpe, int64_t act, int64_t rows, GemmEpilogue epi) {
-    const TileChoice c = m.choose_tile(w, tpe, act, epi);
-    const plan::SmemPlan p = plan::plan_gemm_tile(c.tile, w.n, w.k, m.budget);
-    os << what << ": N " << w.n << " K " << w.k << ", tile " << p.config << " ("
+  if (!m.cache_notice.empty()) os << m.cache_notice << "\n";
+  for (const GemmStep& g : m.gemm_steps(tokens, nullptr)) {
+    const TileChoice c = m.choose_tile(*g.w, g.tokens_per_expert, g.active_experts, g.epilogue);
+    const plan::SmemPlan p = plan::plan_gemm_tile(c.tile, g.w->n, g.w->k, m.budget);
+    os << g.title << ": N " << g.w->n << " K " << g.w->k << ", tile " << p.config << " ("
        << (c.tuned ? "tuned, from " + m.cache->path() : std::string("planner default")) << "), " << p.stages
        << " stages, " << p.smem_bytes << " bytes of shared memory";
-    const kernels::GroupedGemmArgs a = m.gemm_args(w, nullptr, nullptr, rows, nullptr, epi, nullptr);
+    const kernels::GroupedGemmArgs a = m.gemm_args(*g.w, nullptr, nullptr, g.rows, nullptr, g.epilogue, nullptr);
     const plan::SplitKPlan sk = kernels::gemm_launch_k_splits(a, {.tile = c.tile, .stages = c.stages});
     if (sk.splits > 1) os << ", K split " << sk.splits << " ways (" << sk.explanation() << ")";
     os << "\n";
-  };
-  if (!m.cache_notice.empty()) os << m.cache_notice << "\n";
-  const bool split = m.finalize == FinalizeMode::split;
-  line("GEMM1 + SwiGLU", m.routed->w13, per_expert, active, P, GemmEpilogue::swiglu);
-  line(split ? "GEMM2 (split finalize)" : "GEMM2 (fused finalize)", m.routed->w2, per_expert, active, P, m.gemm2_epilogue());
-  if (m.shared) {
-    line("shared GEMM1 + SwiGLU", m.shared->w13, double(tokens), 1, tokens, GemmEpilogue::swiglu);
-    line("shared GEMM2", m.shared->w2, double(tokens), 1, tokens, GemmEpilogue::store);
   }
   return os.str();
 }

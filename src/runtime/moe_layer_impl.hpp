@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,32 @@ struct ForwardPlan {
   TileChoice gemm1, gemm2, shared_gemm1, shared_gemm2;
 };
 
+// One GEMM of a forward, described once for the forward, describe() and the
+// tuner: its weights, its rows in and out, its epilogue, the token counts its
+// tile is chosen for, and where the forward plan keeps that choice.
+struct GemmStep {
+  const char* name;   // "gemm1", "gemm2", "shared gemm1", "shared gemm2" (tune rows)
+  const char* title;  // describe()
+  const char* stage;  // profile() stage this GEMM ends, or null
+  const PreparedProjection* w;
+  bool dense;         // the shared expert: every token, one "expert"
+  kernels::GemmEpilogue epilogue;
+  TileChoice ForwardPlan::*tile;
+  const __nv_bfloat16* x;
+  const int32_t* gather;  // GEMM1 of the routed experts: the permuted rows' tokens
+  int64_t rows;
+  const int32_t* offsets;
+  __nv_bfloat16* y;
+  double tokens_per_expert;
+  int64_t active_experts;
+};
+struct GemmSteps {
+  std::array<GemmStep, 4> step{};
+  int count = 0;
+  const GemmStep* begin() const { return step.data(); }
+  const GemmStep* end() const { return step.data() + count; }
+};
+
 struct MoeLayer::Impl {
   MoeConfig cfg;
   LayerOptions opts;
@@ -101,22 +128,45 @@ struct MoeLayer::Impl {
   double pairs_per_expert(int64_t tokens) const { return double(tokens * cfg.top_k) / double(cfg.num_experts); }
   int64_t active_experts(int64_t tokens) const { return std::min<int64_t>(routed->w13.experts, tokens * cfg.top_k); }
 
+  // The GEMMs of a forward of `tokens` tokens whose hidden states are `hidden`
+  // (routed rows: tokens x top_k permuted rows; the shared expert's: the tokens).
+  GemmSteps gemm_steps(int64_t tokens, const __nv_bfloat16* hidden) const {
+    using kernels::GemmEpilogue;
+    GemmSteps s;
+    const int64_t P = tokens * cfg.top_k;
+    const bool split = finalize == FinalizeMode::split;
+    s.step[s.count++] = {"gemm1", "GEMM1 + SwiGLU", "gemm1", &routed->w13, false, GemmEpilogue::swiglu,
+                         &ForwardPlan::gemm1, hidden, permuted_token.get(), P, offsets.get(), a2.get(),
+                         pairs_per_expert(tokens), active_experts(tokens)};
+    s.step[s.count++] = {"gemm2", split ? "GEMM2 (split finalize)" : "GEMM2 (fused finalize)", "gemm2", &routed->w2,
+                         false, gemm2_epilogue(), &ForwardPlan::gemm2, a2.get(), nullptr, P, offsets.get(),
+                         split ? y2.get() : nullptr, pairs_per_expert(tokens), active_experts(tokens)};
+    if (shared) {
+      s.step[s.count++] = {"shared gemm1", "shared GEMM1 + SwiGLU", nullptr, &shared->w13, true, GemmEpilogue::swiglu,
+                           &ForwardPlan::shared_gemm1, hidden, nullptr, tokens, dense_offsets.get(), shared_a2.get(),
+                           double(tokens), 1};
+      s.step[s.count++] = {"shared gemm2", "shared GEMM2", "shared", &shared->w2, true, GemmEpilogue::store,
+                           &ForwardPlan::shared_gemm2, shared_a2.get(), nullptr, tokens, dense_offsets.get(),
+                           shared_y.get(), double(tokens), 1};
+    }
+    return s;
+  }
+
   const ForwardPlan& forward_plan(int64_t tokens) {
     FP4MOE_CHECK(tokens >= 0 && tokens < int64_t(forward_plans.size()),
                  "forward plan for " << tokens << " tokens: the layer holds plans for 0.." << forward_plans.size() - 1);
     std::optional<ForwardPlan>& p = forward_plans[size_t(tokens)];
     if (!p) {
-      using kernels::GemmEpilogue;
       ForwardPlan f;
-      f.gemm1 = choose_tile(routed->w13, pairs_per_expert(tokens), active_experts(tokens), GemmEpilogue::swiglu);
-      f.gemm2 = choose_tile(routed->w2, pairs_per_expert(tokens), active_experts(tokens), gemm2_epilogue());
-      if (shared) {
-        f.shared_gemm1 = choose_tile(shared->w13, double(tokens), 1, GemmEpilogue::swiglu);
-        f.shared_gemm2 = choose_tile(shared->w2, double(tokens), 1, GemmEpilogue::store);
-      }
+      for (const GemmStep& g : gemm_steps(tokens, nullptr))
+        f.*g.tile = choose_tile(*g.w, g.tokens_per_expert, g.active_experts, g.epilogue);
       p = f;
     }
     return *p;
+  }
+  // One step's GEMM with the plan's tile.
+  void launch_step(const GemmStep& g, const ForwardPlan& plan, cudaStream_t stream, const float* routing_weights = nullptr) {
+    launch_gemm(plan.*g.tile, *g.w, g.x, g.gather, g.rows, g.offsets, g.epilogue, g.y, stream, routing_weights);
   }
   // After tuning: the next forwards choose again.
   void forget_forward_plans() { forward_plans.assign(forward_plans.size(), std::nullopt); }

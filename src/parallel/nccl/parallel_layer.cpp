@@ -277,13 +277,11 @@ void ParallelMoeLayer::experts_over_rows(cudaStream_t s, const __nv_bfloat16* ro
                                          int64_t own_tokens, float* partial) {
   MoeLayer::Impl& m = inner(*impl_->layer);
   if (rows == 0) return;
-  const int64_t P = rows * m.cfg.top_k;
   m.permute(s, rows_ids, rows, own_tokens);
+  // the layer's routed GEMMs (its finalize is split: GEMM2 stores its rows) over these rows
   const ForwardPlan& plan = m.forward_plan(plan_tokens);
-  using kernels::GemmEpilogue;
-  m.launch_gemm(plan.gemm1, m.routed->w13, rows_hidden, m.permuted_token.get(), P, m.offsets.get(),
-                GemmEpilogue::swiglu, m.a2.get(), s);
-  m.launch_gemm(plan.gemm2, m.routed->w2, m.a2.get(), nullptr, P, m.offsets.get(), GemmEpilogue::store, m.y2.get(), s);
+  const GemmSteps steps = m.gemm_steps(rows, rows_hidden);
+  for (int i = 0; i < 2; ++i) m.launch_step(steps.step[size_t(i)], plan, s);
   kernels::FinalizeArgs f;
   f.expert_out = m.y2.get();
   f.pair_pos = m.pair_pos.get();
@@ -298,16 +296,11 @@ void ParallelMoeLayer::experts_over_rows(cudaStream_t s, const __nv_bfloat16* ro
 // The shared expert over this rank's T tokens (T > 0), or null without one.
 const __nv_bfloat16* ParallelMoeLayer::shared_expert(cudaStream_t s, const __nv_bfloat16* hidden, int64_t T) {
   MoeLayer::Impl& m = inner(*impl_->layer);
-  const __nv_bfloat16* shared = nullptr;
-  if (m.shared) {
-    const ForwardPlan& own = m.forward_plan(T);
-    m.launch_gemm(own.shared_gemm1, m.shared->w13, hidden, nullptr, T, m.dense_offsets.get(),
-                  kernels::GemmEpilogue::swiglu, m.shared_a2.get(), s);
-    m.launch_gemm(own.shared_gemm2, m.shared->w2, m.shared_a2.get(), nullptr, T, m.dense_offsets.get(),
-                  kernels::GemmEpilogue::store, m.shared_y.get(), s);
-    shared = m.shared_y.get();
-  }
-  return shared;
+  if (!m.shared) return nullptr;
+  const ForwardPlan& own = m.forward_plan(T);
+  const GemmSteps steps = m.gemm_steps(T, hidden);
+  for (int i = 2; i < steps.count; ++i) m.launch_step(steps.step[size_t(i)], own, s);  // the shared expert's two
+  return m.shared_y.get();
 }
 
 void ParallelMoeLayer::forward_tensor(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
