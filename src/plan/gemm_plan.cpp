@@ -179,26 +179,22 @@ SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, 
 
 int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert, int64_t active_experts,
                       int sm_count) {
-  // Measured on the H200 (docs/kernels.md): the kernel is bound by the issue
-  // rate of its dequantization, so resident warps beat wide token tiles; up to
-  // ~6 tokens per expert an 8-token tile, to ~12 a 16-token tile, beyond that
-  // 32-token tiles (experts with more tokens take several chunks, whose weights
-  // come from L2). Among tiles of that width: most resident warps, then the
-  // deeper pipeline; small bm when there are too few items for the SMs.
-  // On sm_90 the warp-specialized tiles win (bench/results/2026-11-30-gathercopy-*):
-  // below ~24 tokens per expert those with mma.sync consumers; from ~24 the
-  // warpgroup-MMA tiles, 64-token bm256 (four consumer warpgroups) to ~48 (with
-  // stages of 256 k where K allows: 1.02x to 1.07x over 128 k at 16 and 32 tokens
-  // per expert in an interleaved A/B, bench/results/2026-11-30-cluster-tile-h200.md), then
-  // the 128-token tile with the most weight rows per activation byte; from
-  // ~112 its variant whose last chunk per expert takes up to 16 more rows, from
-  // ~192 the same with chunks of 136 (an interleaved A/B on GLM-5 shapes: 1.02x to
-  // 1.06x at 256..1024 tokens per expert, 0.96x at 128, where its 136-column loop
-  // runs for chunks that 128 columns cover; bench/results/2026-11-30-ch136-h200.md).
-  // Under half an item of 256 rows per SM (a single expert, the shared one, at a few
-  // hundred tokens): the 128-row tile, which splits K. The tuner chose it there
-  // (bench/results/2026-11-30-chunk136-bench-h200.md: 3.0x and 1.7x over the nt144 tile
-  // for 16 and 64 items) but not at 96 to 128 items.
+  // The kernels are bound by the issue rate of their dequantization, so
+  // resident warps beat wide token tiles: up to ~6 tokens per expert an 8-token
+  // tile, to ~12 a 16-token tile, beyond that 32-token tiles (experts with more
+  // tokens take several chunks, whose weights come from L2). Among tiles of that
+  // width: most resident warps, then the deeper pipeline; small bm when there
+  // are too few items for the SMs. On sm_90 the warp-specialized tiles, whose
+  // producer keeps the loads off the math warps' issue slots: below ~24 tokens
+  // per expert those with mma.sync consumers; from ~24 the warpgroup-MMA tiles,
+  // 64-token bm256 (four consumer warpgroups) to ~48 (stages of 256 k where K
+  // allows: half the barrier waits), then the 128-token tile with the most weight
+  // rows per activation byte; from ~112 its variant whose last chunk per expert
+  // takes up to 16 more rows, from ~192 the same with chunks of 136 (fewer
+  // ragged items; below that its 136-column loop runs for chunks that 128
+  // columns cover). Under half an item of 256 rows per SM (a single expert, the
+  // shared one, at a few hundred tokens): the 128-row tile, which splits K.
+  // docs/planner.md has the measurements behind each threshold.
   if (capacity.cc == 90 && tokens_per_expert >= 24 && !wgmma_switched_off()) {
     const int64_t rows = int64_t(std::ceil(tokens_per_expert));
     const double items_of_256_rows = double(active_experts) * double(token_chunks(rows, 128, 144)) * double((n + 255) / 256);
@@ -236,10 +232,8 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
     const double chunks = double(t.chunks_of(int64_t(std::ceil(std::max(1.0, tokens_per_expert)))));
     const double items = double(active_experts) * chunks * double(n / t.bm);
     const double resident = double(t.ctas_per_sm) * sm_count, rounds = std::ceil(items / resident);
-    // Warp-specialized tiles: more than 16 math warps per SM (three CTAs of 8) paid below half a
-    // token per expert over many rounds (GLM-5 at T = 8, 57 experts of mostly one token: 1.02x to
-    // 1.06x), not at 1 or 4 tokens per expert (up to 1.2x slower)
-    // (bench/results/2026-11-30-three-cta-tile-h200.md).
+    // Warp-specialized tiles: more than 16 math warps per SM (three CTAs of 8) pay only below
+    // half a token per expert over many rounds, where the items are many and short.
     const int warps_counted = t.warp_specialized && !(tokens_per_expert < 0.5 && rounds > 2) ? 16 : 24;
     double score = (t.nt == want_nt ? 1000.0 : -std::abs(std::log2(double(t.nt) / want_nt)) * 100.0) +
                    std::min(t.ctas_per_sm * t.warps(), warps_counted) * 4.0 + std::min(p.stages, 5) + t.bk / 256.0;
@@ -248,9 +242,8 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
     if (t.warp_specialized) {
       score += 100.0;
       // With one or two rounds the share of resident CTAs the last round leaves idle counts
-      // (GEMM2 at one token: 384 items of 128 rows, one round of 396 CTAs, 1.13x over two of 264;
-      // GEMM1: 256 items leave SMs with one CTA and others with three, 1.25x slower), unless
-      // split-K will spread the items (balance below 0.5).
+      // (GEMM2 at one token: 384 items of 128 rows fill one round of 396 CTAs where they took
+      // two of 264), unless split-K will spread the items (balance below 0.5).
       const double balance = items / (rounds * resident);
       if (rounds <= 2 && balance >= kSplitBelowBalance) score -= 200.0 * (1.0 - balance);
     }

@@ -50,9 +50,8 @@ struct SplitKPlan {
 };
 
 // Items are split only where more than half of the resident CTAs would idle:
-// at a balance of 0.73 (GLM-5 GEMM2 at one token, 192 items on 132 CTAs) two
-// parts measured 1.2x slower on the H200 (the parts' hand-over costs more
-// than the second round it saves; docs/kernels.md).
+// above that the parts' hand-over costs more than the second round it saves
+// (docs/kernels.md).
 inline constexpr double kSplitBelowBalance = 0.5;
 
 // The planner's split for tile `tile_index` on an [N, K] weight with

@@ -1,7 +1,6 @@
 // The tuner's second pass. A sequential sweep times the tiles in list order
 // while the GPU heats toward its power cap (700 W on the H200), so a tile late
-// in the list measured up to ~20% slower than the same tile timed cool
-// (session 9: the tune and an interleaved A/B disagreed on the 64-token tile).
+// in the list measured up to ~20% slower than the same tile timed cool.
 // The close candidates of the sweep are therefore timed again in rounds, every
 // other round in reverse order, and compared by the median of their rounds:
 // with an even number of rounds every candidate's median falls at the same
