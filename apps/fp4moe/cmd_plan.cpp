@@ -1,6 +1,6 @@
 // fp4moe plan: shared-memory budgets and verdicts, as a table or JSON.
 //   --kernel cutlass : CUTLASS's sm_120 block-scaled grouped GEMM as TensorRT-LLM builds it
-//   --kernel decode  : fp4moe's decode grouped GEMM (src/plan/gemm_layout.hpp)
+//   --kernel grouped : fp4moe's FP4 grouped GEMM (src/plan/gemm_layout.hpp)
 #include <string>
 
 #include <fmt/core.h>
@@ -43,7 +43,7 @@ void print_report(const cm::Report& r) {
 }
 
 void print_plan(const plan::SmemPlan& p) {
-  fmt::print("{} fp4moe {} grouped GEMM, tile {}\n", p.arch, p.kernel, p.config);
+  fmt::print("{} fp4moe {} GEMM, tile {}\n", p.arch, p.kernel, p.config);
   for (const auto& t : p.terms) fmt::print("    {:<30} {:>8}  {}\n", t.name, t.bytes, t.note);
   fmt::print("  capacity {}  stages {}  needs {}  headroom {}  -> {}\n", p.capacity, p.stages, p.smem_bytes, p.headroom,
              p.fits ? "FITS" : "DOES NOT FIT");
@@ -57,7 +57,7 @@ void run_plan(const PlanOptions& o) {
     fmt::print("{}\n", plan::to_json(o, a).dump(2));
     return;
   }
-  for (const plan::SmemPlan& p : a.decode) {
+  for (const plan::SmemPlan& p : a.grouped) {
     if (o.sweep) fmt::print("{:<28} stages {:>2}  {:>7} of {:>6} bytes  {}\n", p.config, p.stages, p.smem_bytes, p.capacity, p.fits ? "fits" : "does not fit");
     else print_plan(p);
   }
@@ -79,17 +79,17 @@ void register_plan(CLI::App& app) {
   static PlanOptions o;
   auto* cmd = app.add_subcommand("plan", "Shared-memory budget and verdict of a kernel configuration on a target");
   cmd->add_option("--arch", o.arch, "Target: sm80 sm86 sm89 sm90 sm100 sm103 sm120 sm121")->required();
-  cmd->add_option("--kernel", o.kernel, "cutlass (TensorRT-LLM's block-scaled grouped GEMM) or decode (fp4moe)")->capture_default_str();
+  cmd->add_option("--kernel", o.kernel, "cutlass (TensorRT-LLM's block-scaled grouped GEMM) or grouped (fp4moe's; also spelled decode)")->capture_default_str();
   cmd->add_option("--format", o.format, "nvfp4, mxfp8_mxfp4 or mxfp4 (cutlass)")->capture_default_str();
-  cmd->add_option("--tile", o.tile, "MxNxK (cutlass) or a GEMM tile name/index (kernel decode)")->capture_default_str();
+  cmd->add_option("--tile", o.tile, "MxNxK (cutlass) or a GEMM tile name/index (kernel grouped)")->capture_default_str();
   cmd->add_option("--epilogue", o.epilogue, "none or finalize (cutlass)")->capture_default_str();
   cmd->add_option("--cluster", o.cluster, "1x1x1 or 2x1x1 (cutlass, sm100: the MMA tile's M is CTA_M x cluster M)")
       ->capture_default_str();
   cmd->add_flag("--swap-ab", o.swap_ab, "Swap A and B (cutlass)");
   cmd->add_option("--cutlass", o.cutlass_version, "CUTLASS version of the model, e.g. 4.4 or 4.4.2 (default: FlashInfer's pin)");
   cmd->add_option("--stages", o.stages, "Force a stage count instead of the automatic one")->check(CLI::Range(0, 64));
-  cmd->add_option("--n", o.n, "N of the problem (decode)")->capture_default_str();
-  cmd->add_option("--k", o.k, "K of the problem (decode)")->capture_default_str();
+  cmd->add_option("--n", o.n, "N of the problem (grouped)")->capture_default_str();
+  cmd->add_option("--k", o.k, "K of the problem (grouped)")->capture_default_str();
   cmd->add_flag("--json", o.as_json, "JSON instead of a table");
   cmd->add_flag("--sweep", o.sweep, "Every tile x epilogue x swap of the family with its verdict");
   cmd->callback([] { run_plan(o); });

@@ -1,4 +1,4 @@
-// The prepared ("decode") weight layout and its bit-level unpacking, shared by
+// The prepared weight layout of the FP4 grouped GEMM and its bit-level unpacking, shared by
 // the host packer (src/format/prepare_gemm.cpp) and the GPU kernels.
 //
 // Layout of one projection of E experts, W_e [N, K]:

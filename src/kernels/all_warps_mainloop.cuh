@@ -22,7 +22,6 @@ struct AllWarpsMainloop {
   static constexpr int MT = T.warp_m_tiles;
   static constexpr int NT8 = T.n8_tiles();
   static constexpr int kWGranPerStage = T.bk / 64;
-  static constexpr int kSGranPerStage = T.bk / 128;
   static constexpr int kAccSets = T.accumulator_sets();
   using Acc = float[kAccSets][MT][NT8][4];
 
@@ -46,8 +45,8 @@ struct AllWarpsMainloop {
     uint32_t a[2][4];  // double-buffered A: the fragment of step s is live until its wgmma completes
 #pragma unroll
     for (int kk = 0; kk < kWGranPerStage; ++kk) {
-      const uint4 wq = *reinterpret_cast<const uint4*>(wst + (warp * kWGranPerStage + kk) * 512 + lane * 16);
-      const uint4 sq = *reinterpret_cast<const uint4*>(sst + (warp * kSGranPerStage + kk / 2) * 128 + (lane / 4) * 16);
+      uint4 wq, sq;
+      load_granule<T.bk>(wst, sst, warp, kk, lane, wq, sq);
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         const int step8 = (kk % 2) * 4 + t, buf = (kk * 4 + t) % 2;
@@ -79,11 +78,7 @@ struct AllWarpsMainloop {
     for (int kk = 0; kk < kWGranPerStage; ++kk) {
       uint4 wq[MT], sq[MT];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int rg = warp * MT + mt;
-        wq[mt] = *reinterpret_cast<const uint4*>(wst + (rg * kWGranPerStage + kk) * 512 + lane * 16);
-        sq[mt] = *reinterpret_cast<const uint4*>(sst + (rg * kSGranPerStage + kk / 2) * 128 + (lane / 4) * 16);
-      }
+      for (int mt = 0; mt < MT; ++mt) load_granule<T.bk>(wst, sst, warp * MT + mt, kk, lane, wq[mt], sq[mt]);
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         const int step8 = (kk % 2) * 4 + t;  // k16 step inside the k128 scale granule

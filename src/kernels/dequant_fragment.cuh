@@ -43,4 +43,14 @@ __device__ __forceinline__ void dequant_fragment(const uint4& wq, const uint4& s
   a[3] = scaled(pat[3], s_hi);
 }
 
+// The 16-byte weight and scale pieces of `lane` for 64-k granule kk of the
+// 16-row group rg of a stage of bk = BK: weights [rg][BK/64][512 bytes], scales
+// [rg][BK/128][128 bytes] (a scale granule covers two weight granules).
+template <int BK>
+__device__ __forceinline__ void load_granule(const uint8_t* weights, const uint8_t* scales, int rg, int kk, int lane,
+                                             uint4& wq, uint4& sq) {
+  wq = *reinterpret_cast<const uint4*>(weights + (rg * (BK / 64) + kk) * pack::kWeightGranuleBytes + lane * 16);
+  sq = *reinterpret_cast<const uint4*>(scales + (rg * (BK / 128) + kk / 2) * pack::kScaleGranuleBytes + (lane / 4) * 16);
+}
+
 }  // namespace fp4moe::kernels::detail

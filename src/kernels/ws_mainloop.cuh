@@ -28,7 +28,6 @@ struct WsMainloop {
   static constexpr plan::GemmSmemLayout L{T};
   static constexpr int kMB = T.warp_m_tiles;  // m64 blocks per consumer warpgroup
   static constexpr int kWGranPerStage = T.bk / 64;
-  static constexpr int kSGranPerStage = T.bk / 128;
   static constexpr int kAccSets = T.accumulator_sets();
   static constexpr int kFragBuffers = plan::GemmTile::kFragmentBuffers;
   static_assert(kFragBuffers >= 2 && (T.bk / 16) % kFragBuffers == 0,
@@ -53,13 +52,8 @@ struct WsMainloop {
   // This warp's 16-byte weight and scale pieces of granule kk, per m64 block.
   __device__ __forceinline__ void load_weight_granules(const uint8_t* st, int kk, uint4 (&wq)[kMB], uint4 (&sq)[kMB]) const {
 #pragma unroll
-    for (int b = 0; b < kMB; ++b) {
-      const int rg = (cg * kMB + b) * 4 + wg_warp;  // 16-row group of the tile
-      wq[b] = *reinterpret_cast<const uint4*>(st + L.weight_offset() + (rg * kWGranPerStage + kk) * pack::kWeightGranuleBytes +
-                                              lane * 16);
-      sq[b] = *reinterpret_cast<const uint4*>(st + L.scale_offset() +
-                                              (rg * kSGranPerStage + kk / 2) * pack::kScaleGranuleBytes + (lane / 4) * 16);
-    }
+    for (int b = 0; b < kMB; ++b)  // 16-row group (cg kMB + b) 4 + wg_warp of the tile
+      load_granule<T.bk>(st + L.weight_offset(), st + L.scale_offset(), (cg * kMB + b) * 4 + wg_warp, kk, lane, wq[b], sq[b]);
   }
   // step(kk, t, wq, sq) for k16 step t of every 64-k granule kk of a stage,
   // with this warp's weight and scale pieces of the granule.

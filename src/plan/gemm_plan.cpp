@@ -58,7 +58,7 @@ SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& 
   const GemmTile& t = L.tile;
   const int64_t capacity = f.capacity;
   SmemPlan p;
-  p.kernel = "decode";
+  p.kernel = "grouped";
   p.config = name;
   p.capacity = capacity;
   p.per_stage = L.smem_bytes_per_stage();

@@ -44,15 +44,15 @@ PlanAnswer answer(const PlanQuery& q) {
   FP4MOE_CHECK(!q.arch.empty(), "arch is required (e.g. sm120)");
   const Arch& arch = find_arch(q.arch);
   PlanAnswer a;
-  if (q.kernel == "decode") {
+  if (q.kernel == "grouped" || q.kernel == "decode") {  // ("decode": its former name)
     FP4MOE_CHECK(q.n > 0 && q.k > 0, "n = " << q.n << " and k = " << q.k << " must be positive");
     const int only = q.sweep ? -1 : tile_of_query(q.tile);
     for (int i = 0; i < kNumGemmTiles; ++i)
-      if (q.sweep || i == only) a.decode.push_back(plan_gemm_tile(i, q.n, q.k, arch, q.stages));
+      if (q.sweep || i == only) a.grouped.push_back(plan_gemm_tile(i, q.n, q.k, arch, q.stages));
     return a;
   }
   FP4MOE_CHECK(q.kernel == "cutlass" || q.kernel == "trtllm",
-               "kernel '" << q.kernel << "' is not one of cutlass (alias trtllm), decode");
+               "kernel '" << q.kernel << "' is not one of cutlass (alias trtllm), grouped (alias decode)");
   const cm::Version version = q.cutlass_version.empty() ? cm::kFlashInferPin : cm::parse_version(q.cutlass_version);
   const cm::Format format = cm::parse_format(q.format);
   if (q.sweep) {
@@ -114,7 +114,7 @@ json to_json(const SmemPlan& p) {
 
 json to_json(const PlanQuery& q, const PlanAnswer& a) {
   json all = json::array();
-  for (const SmemPlan& p : a.decode) all.push_back(to_json(p));
+  for (const SmemPlan& p : a.grouped) all.push_back(to_json(p));
   for (const cm::Report& r : a.cutlass) all.push_back(to_json(r));
   return q.sweep ? all : all.at(0);
 }

@@ -27,7 +27,7 @@ struct PlanQuery {
 };
 
 struct PlanAnswer {
-  std::vector<SmemPlan> decode;            // kernel decode
+  std::vector<SmemPlan> grouped;           // kernel grouped
   std::vector<cutlass::Report> cutlass;    // kernel cutlass
 };
 

@@ -14,7 +14,7 @@ struct SmemTerm {
 };
 
 struct SmemPlan {
-  std::string kernel;       // family, e.g. "decode"
+  std::string kernel;       // family, e.g. "grouped"
   std::string config;       // e.g. "bm128 nt16 bk256"
   std::string arch;         // e.g. "sm_90" or "capacity override"
   int64_t capacity = 0;     // dynamic shared memory one block may opt into

@@ -25,7 +25,7 @@ struct TuneContext {  // what a measurement is valid for
 };
 
 struct TuneKey {
-  std::string family;  // "decode"
+  std::string family;  // "grouped swiglu", "grouped store split-k", ...
   std::string format;  // "nvfp4", "mxfp4"
   int64_t n = 0, k = 0, experts = 0, bucket = 0;
   std::string str() const;

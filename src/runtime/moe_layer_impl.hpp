@@ -176,7 +176,7 @@ struct MoeLayer::Impl {
   plan::TuneKey tune_key(const PreparedProjection& w, double tokens_per_expert, kernels::GemmEpilogue epi) const {
     const char* e = epi == kernels::GemmEpilogue::swiglu ? "swiglu"
                     : epi == kernels::GemmEpilogue::scatter_add ? "scatter_add" : "store";
-    return {std::string("decode ") + e + (split_k.size() ? " split-k" : ""), to_string(w.format), w.n, w.k, w.experts,
+    return {std::string("grouped ") + e + (split_k.size() ? " split-k" : ""), to_string(w.format), w.n, w.k, w.experts,
             plan::token_bucket(tokens_per_expert)};
   }
 

@@ -1,4 +1,4 @@
-// The decode grouped GEMM against the CPU reference (exact dequantization,
+// The FP4 grouped GEMM against the CPU reference (exact dequantization,
 // double accumulation) on fresh random inputs, outputs poisoned before each run.
 #include <gtest/gtest.h>
 

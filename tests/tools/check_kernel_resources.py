@@ -152,7 +152,7 @@ def main():
         ptxas_report(build, source, cmds, report)
     failures, checked = [], 0
     for sm, arch in ARCHS.items():
-        plans = json.loads(subprocess.run([cli, "plan", "--arch", arch, "--kernel", "decode", "--sweep", "--json",
+        plans = json.loads(subprocess.run([cli, "plan", "--arch", arch, "--kernel", "grouped", "--sweep", "--json",
                                            "--n", "4096", "--k", "6144"], capture_output=True, text=True, check=True).stdout)
         for idx, p in enumerate(plans):
             r = report.get((sm, idx))

@@ -79,7 +79,7 @@ def test_plan_gives_the_planners_terms():
     r = fp4moe.plan("sm120", tile="128x256x128", epilogue="finalize")
     assert r["capacity"] == 101376 and not r["fits"] and r["headroom"] == -1024
     assert any(s["kind"] == "stages" for s in r["suggestions"])
-    d = fp4moe.plan("sm90", kernel="decode", sweep=True, n=4096, k=6144)
+    d = fp4moe.plan("sm90", kernel="grouped", sweep=True, n=4096, k=6144)
     assert isinstance(d, list) and len(d) > 10 and all("terms" in p for p in d)
     with pytest.raises(ValueError, match="unknown argument 'tiles'"):
         fp4moe.plan("sm90", tiles="1")
