@@ -1,4 +1,4 @@
-// Benchmark of the decode grouped GEMM on GLM-5 shapes (issue 4): every
+// Benchmark of the FP4 grouped GEMM on GLM-5 shapes: every
 // fitting tile, the planner's default, the ceilings of this run and the
 // cuBLAS bf16 per-expert peer on the same routing. Writes JSON for
 // bench/peers.py (torch._grouped_mm) and prints a table. Launches are timed
@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
         double default_ms = 0, best_all_warps_ms = 1e30;
         int best_all_warps = -1;
         // At prefill sizes (128+ tokens per expert) the sweep leaves out the tiles of
-        // under 64 tokens: never ranked there and 2x to 8x slower (session 8), they
+        // under 64 tokens: never ranked there and 2x to 8x slower, they
         // kept the GPU at its power cap for minutes before the prefill tiles, which
         // come last in the list, were timed.
         const bool prefill_size = double(rb.pairs) / E >= 128;

@@ -72,7 +72,7 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = decode ] || [ "$WHAT" = prefill ] || [ "$W
     fi
     if [ "$WHAT" != decode ]; then
       kinds="$kinds prefill"
-      # prefill sizes on rows already in expert order, as torch._grouped_mm takes them (issue 8)
+      # prefill sizes on rows already in expert order, as torch._grouped_mm takes them
       "$BIN/bench_grouped_gemm" --permuted-gemm1 --tokens 4096,8192,16384,32768 --reps 10 \
         --out "$OUT/bench_prefill.json" > "$OUT/bench_prefill.log" 2>&1
       summary+=("bench_grouped_gemm (prefill): rc=$?")

@@ -5,7 +5,7 @@
 //         (tests/cutlass/test_cutlass_sizeof.cu), compiled against CUTLASS 4.5.0 as
 //         vendored by FlashInfer 0.7.2 (flashinfer/data/cutlass/include) with nvcc 13.0.
 //  [4.2]  the same, compiled against the installed CUTLASS 4.2.0 headers.
-//  [issue] the five cases of issue 3 (FlashInfer's pin, sm_120, NVFP4, bf16 output).
+//  [issue] the five failing cases users report (FlashInfer's pin, sm_120, NVFP4, bf16 output).
 //  [src]  arithmetic read off the CUTLASS source, cited inline.
 #include <gtest/gtest.h>
 
@@ -46,7 +46,7 @@ static_assert(!validate(Config{120, Format::nvfp4, 64, 128, 128, Epilogue::none,
                                kFlashInferPin, 0})
                    .ok());
 
-// ---- the five cases of issue 3 [issue], each also [pin] ---------------------------
+// ---- the five failing cases users report [issue], each also [pin] ---------------------------
 
 TEST(CutlassModel, Finalize128x256x128NoSwapDoesNotFit) {
   const Report r = analyze(cfg(128, 256, 128, kFin));

@@ -254,7 +254,7 @@ TEST(GpuGroupedGemm, EveryTileEveryTokenCount) {
       std::printf("  %-22s contiguous rel err %.3e\n", plan::gemm_tile_name(tile).c_str(), r.rel_err);
     }
   }
-  EXPECT_GE(ran, plan::kNumGemmTiles - 2) << "the planner rejects most decode tiles on this GPU";
+  EXPECT_GE(ran, plan::kNumGemmTiles - 2) << "the planner rejects most GEMM tiles on this GPU";
 }
 
 // More experts than one pass of the schedule's prefix sum (256 per pass, 8 per lane):
@@ -317,7 +317,7 @@ TEST(GpuGroupedGemm, Sm120PlanOnThisGpu) {
                 (long long)p.smem_bytes, r.rel_err);
     ++ran;
   }
-  EXPECT_GE(ran, 1) << "no decode tile fits the sm_120 budget";
+  EXPECT_GE(ran, 1) << "no GEMM tile fits the sm_120 budget";
 }
 
 TEST(GpuGroupedGemm, SkewedRoutingManyExperts) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CI check (issue 4): for every decode tile and every CUDA target, the compiler's
+"""CI check: for every GEMM tile and every CUDA target, the compiler's
 resource report plus the planned dynamic shared memory stays within the target's
 capacity, equals the planner's figure (no static shared memory besides it), has
 no spills, and the registers allow the tile's occupancy target. On sm_90a the
