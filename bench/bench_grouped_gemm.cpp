@@ -32,6 +32,7 @@
 #include "runtime/ceilings.hpp"
 #include "runtime/cublas_peer.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/steady_timing.hpp"
 #include "runtime/timing.hpp"
 
 using namespace fp4moe;
@@ -66,6 +67,22 @@ TimingStats time_gemm(const std::vector<kernels::GroupedGemmArgs>& args, const k
       kernels::launch_fp4_grouped_gemm(copy && a.gather ? kernels::copy_rows_in_expert_order(a, rows, stream) : a, L, stream);
     });
   return time_graph_sequence(launches, stream, warmup, reps);
+}
+
+// The same at steady state (steady_timing.hpp): after idle_ms idle, 10 timed
+// replays (the burst), then warm_seconds of back-to-back replays and the timed
+// ones with the SM clock and power beside them. Times per launch.
+SteadyTiming time_gemm_steady(const std::vector<kernels::GroupedGemmArgs>& args, const kernels::GemmLaunch& L,
+                              __nv_bfloat16* rows, cudaStream_t stream, int reps, double warm_seconds, int idle_ms) {
+  const bool copy = kernels::loads_rows_in_expert_order(L.tile);
+  auto enqueue = [&] {
+    for (const kernels::GroupedGemmArgs& a : args)
+      kernels::launch_fp4_grouped_gemm(copy && a.gather ? kernels::copy_rows_in_expert_order(a, rows, stream) : a, L, stream);
+  };
+  SteadyTiming t = time_graph_steady(enqueue, stream, warm_seconds, reps, idle_ms, 10);
+  const double n = double(args.size());
+  for (TimingStats* s : {&t.steady, &t.burst}) s->median_ms /= n, s->min_ms /= n, s->max_ms /= n;
+  return t;
 }
 
 RoutedBatch batch_of(const MoeConfig& cfg, const Routing& r) {
@@ -156,8 +173,12 @@ int main(int argc, char** argv) {
   // drops by up to a quarter for seconds after; the dequantization-bound kernels
   // slow down with it while the copy ceiling does not. The best tile is re-timed
   // after this much idle time, so that it runs at the clock its own load sets.
+  double warm_seconds = 2.0;
+  app.add_option("--warm-seconds", warm_seconds,
+                 "Back-to-back replays before the best tile of each case is timed (the steady state, the headline)")
+      ->check(CLI::Range(0.0, 60.0));
   int cooldown_ms = 1000;
-  app.add_option("--cooldown-ms", cooldown_ms, "Idle milliseconds before the best tile of each case is re-timed")
+  app.add_option("--cooldown-ms", cooldown_ms, "Idle milliseconds before the best tile's after-idle burst is timed")
       ->check(CLI::Range(0, 60000));
   CLI11_PARSE(app, argc, argv);
   try {
@@ -191,6 +212,7 @@ int main(int argc, char** argv) {
     report["sm_count"] = dev.sm_count;
     report["ceilings"] = {{"copy_tb_per_s", ceil.copy_tb_per_s}, {"bf16_tflop_per_s", ceil.bf16_tflop_per_s}};
     report["cooldown_ms_before_retime"] = cooldown_ms;
+    report["warm_seconds"] = warm_seconds;
     report["model"] = cfg.name;
     report["routing"] = routing;
     report["experts"] = E;
@@ -303,11 +325,17 @@ int main(int argc, char** argv) {
             best_all_warps_ms = t.median_ms, best_all_warps = tile;
         }
         FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-        std::this_thread::sleep_for(std::chrono::milliseconds(cooldown_ms));
-        // the best tile's launch, as the sweep ran it
+        // the best tile's launch, as the sweep ran it: after idle, then at steady state (the headline)
         const kernels::GemmLaunch best_launch{best_tile, plan::plan_gemm_tile(best_tile, g.n, g.k, budget).stages, 0,
                                                 probe, tile_splits(best_tile)};
-        const TimingStats best = time_gemm(args, best_launch, workspace.get(), stream, 3, reps);
+        const SteadyTiming steady = time_gemm_steady(args, best_launch, workspace.get(), stream, reps, warm_seconds, cooldown_ms);
+        const TimingStats& best = steady.steady;
+        const json steady_json = {{"burst_ms", steady.burst.median_ms},
+                                  {"sm_clock_mhz_median", steady.sensors.sm_clock_mhz_median},
+                                  {"sm_clock_mhz_min", steady.sensors.sm_clock_mhz_min},
+                                  {"power_w_median", steady.sensors.power_w_median},
+                                  {"power_w_max", steady.sensors.power_w_max},
+                                  {"sensor_samples", steady.sensors.samples}};
         // The same tile, one launch per graph (the method of earlier runs; early
         // start, on since, measured slower with nothing before it to overlap).
         const TimingStats single = time_gemm({args[0]}, best_launch, workspace.get(), stream, 3, reps);
@@ -336,15 +364,18 @@ int main(int argc, char** argv) {
         }
 
         if (skip_peers) {
-          fmt::print("{} T={} tile {}: {:.4f} ms over {} routings ({:.4f} ms one launch per graph, eager {:.4f} ms, grid {})\n",
+          fmt::print("{} T={} tile {}: {:.4f} ms over {} routings ({:.4f} ms one launch per graph, eager {:.4f} ms, grid {}; "
+                     "after idle {:.4f} ms; SM {:.0f} MHz, {:.0f} W)\n",
                      g.name, T, plan::gemm_tile_name(best_tile), best.median_ms, routings, single.median_ms, eager.median_ms,
-                     kernels::gemm_launch_grid(best_launch));
+                     kernels::gemm_launch_grid(best_launch), steady.burst.median_ms, steady.sensors.sm_clock_mhz_median,
+                     steady.sensors.power_w_median);
           cases.push_back({{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
                            {"bytes", bytes}, {"flops", flops}, {"floor_ms", floor_ms},
                            {"best_tile", plan::gemm_tile_name(best_tile)}, {"grid", kernels::gemm_launch_grid(best_launch)},
                            {"median_ms", best.median_ms}, {"min_ms", best.min_ms}, {"max_ms", best.max_ms}, {"routings", routings},
                            {"single_launch_ms", single.median_ms}, {"eager_ms", eager.median_ms},
-                           {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12}, {"tiles", tiles}});
+                           {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12}, {"tiles", tiles},
+                           {"steady", steady_json}});
           continue;
         }
         // cuBLAS bf16 per expert on contiguous (pre-gathered) rows, captured in a graph.
@@ -368,11 +399,12 @@ int main(int argc, char** argv) {
                   {"bf16_tflop_per_s_adjacent", dense_adjacent}, {"dense_fraction_adjacent", tflops / dense_adjacent},
                   {"best_all_warps_tile", best_all_warps >= 0 ? plan::gemm_tile_name(best_all_warps) : std::string("none")},
                   {"speedup_vs_all_warps", best_all_warps >= 0 ? best_all_warps_ms / best.median_ms : 0.0},
-                  {"tiles", tiles}, {"diagnostics", diag},
+                  {"tiles", tiles}, {"diagnostics", diag}, {"steady", steady_json},
                   {"counts", rb.counts}, {"counts_rotation", counts_rotation}};  // counts: the first routing's
         cases.push_back(c);
-        fmt::print("{} T={:5d} active {:5.1f} max/expert {:4d}  {:8.4f} ms ({}, {} routings)  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  dense bf16 {:5.1f}% (beside it: {:.0f} TFLOP/s, {:5.1f}%)  cuBLAS {:8.4f} ms ({:4.2f}x)  loads-only {:.4f} compute-only {:.4f} no-output {:.4f}\n",
-                   g.name, T, active, max_rows, best.median_ms, plan::gemm_tile_name(best_tile), routings,
+        fmt::print("{} T={:5d} active {:5.1f} max/expert {:4d}  {:8.4f} ms at steady state (after idle {:.4f}; SM {:.0f} MHz, {:.0f} W) ({}, {} routings)  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  dense bf16 {:5.1f}% (beside it: {:.0f} TFLOP/s, {:5.1f}%)  cuBLAS {:8.4f} ms ({:4.2f}x)  loads-only {:.4f} compute-only {:.4f} no-output {:.4f}\n",
+                   g.name, T, active, max_rows, best.median_ms, steady.burst.median_ms, steady.sensors.sm_clock_mhz_median,
+                   steady.sensors.power_w_median, plan::gemm_tile_name(best_tile), routings,
                    bytes / (best.median_ms * 1e-3) / 1e12, tflops, floor_ms, 100 * floor_ms / best.median_ms,
                    100 * tflops / ceil.bf16_tflop_per_s, dense_adjacent, 100 * tflops / dense_adjacent, tb.median_ms, tb.median_ms / best.median_ms,
                    diag["loads_only_ms"].get<double>(), diag["compute_only_ms"].get<double>(), diag["no_output_ms"].get<double>());

@@ -53,6 +53,8 @@ struct BenchOptions {
   std::string dispatch = "allgather";
   int64_t capacity = -1;
   int warmup_forwards = 200;
+  double warm_seconds = 2.0;
+  bool no_skewed = false;
 };
 
 void write_file(const fs::path& p, const std::string& text) { io::write_file_atomically(p.string(), text); }
@@ -116,6 +118,8 @@ void bench_without_gpu(const BenchOptions& o, const std::string& why) {
 
 void write_outputs(json report, const std::string& out_dir) {
   for (json& c : report["cases"]) c.erase("topk_ids"), c.erase("topk_weights");
+  if (report.contains("skewed_cases"))
+    for (json& c : report["skewed_cases"]) c.erase("topk_ids"), c.erase("topk_weights");
   fs::create_directories(out_dir);
   write_file(fs::path(out_dir) / "bench.json", report.dump(1) + "\n");
   write_file(fs::path(out_dir) / "bench.csv", layer_bench_csv(report));
@@ -180,6 +184,8 @@ void run_bench(const BenchOptions& o) {
   LayerBenchOptions bo;
   bo.tokens = o.tokens;
   bo.reps = o.reps;
+  bo.warm_seconds = o.warm_seconds;
+  bo.skewed = !o.no_skewed;
   bo.layer.deterministic = o.deterministic;
   bo.layer.finalize = o.finalize == "fused" ? FinalizeMode::fused : o.finalize == "split" ? FinalizeMode::split
                                                                                           : FinalizeMode::automatic;
@@ -224,6 +230,10 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--no-split-k", o.no_split_k, "Never split a GEMM's K loop across CTAs");
   cmd->add_flag("--no-peers", o.no_peers, "Skip the PyTorch peer");
   cmd->add_option("--render", o.render, "Only re-render CSV, Markdown and SVG from an earlier bench.json");
+  cmd->add_option("--warm-seconds", o.warm_seconds, "Back-to-back replays before each case's timed ones (steady state)")
+      ->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
+  cmd->add_flag("--no-skewed", o.no_skewed, "Skip the Zipf-skewed routing cases");
   cmd->add_option("--experts", o.experts, "The model with this many experts (as one expert-parallel rank holds E/G)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--intermediate", o.intermediate, "The model with this expert width I (as one tensor-parallel rank "

@@ -14,6 +14,7 @@
 #include "runtime/cublas_peer.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/steady_timing.hpp"
 #include "runtime/timing.hpp"
 
 namespace fp4moe {
@@ -29,6 +30,23 @@ struct GemmShape {
 
 json timing_json(double median, double mn, double mx) { return {{"median_ms", median}, {"min_ms", mn}, {"max_ms", mx}}; }
 
+// Skewed routing: expert popularity following a Zipf law of exponent 1 (the
+// expert of rank r, in a random order of the experts, with weight 1/(r+1)),
+// as logits log(p_e) + Gumbel noise, whose top-k draws experts in proportion
+// to p without replacement.
+std::vector<float> zipf_logits(int64_t tokens, int64_t experts, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> rank(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) rank[size_t(e)] = e;
+  std::shuffle(rank.begin(), rank.end(), rng);
+  std::uniform_real_distribution<double> u(1e-12, 1.0);
+  std::vector<float> logits(static_cast<size_t>(tokens * experts));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t e = 0; e < experts; ++e)
+      logits[size_t(t * experts + e)] = float(-std::log(double(rank[size_t(e)] + 1)) - std::log(-std::log(u(rng))));
+  return logits;
+}
+
 }  // namespace
 
 json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const LayerBenchOptions& o,
@@ -38,7 +56,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
   std::string why;
   const auto devs = list_devices(&why);
   FP4MOE_CHECK(!devs.empty(), "bench: no CUDA device (" << why << ")");
-  const int total = int(o.tokens.size()) + 1;
+  const int total = int(o.tokens.size()) * (o.skewed ? 2 : 1) + 1;
   int done = 0;
   if (progress) progress(done, total, "ceilings");
   const Ceilings ceil = measure_ceilings();
@@ -68,17 +86,14 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
   const int64_t H = cfg.hidden, I = cfg.intermediate, Is = cfg.shared_expert ? cfg.shared_intermediate : 0;
   std::vector<GemmShape> shapes = {{"gemm1", 2 * I, H, true}, {"gemm2", H, I, true}};
   json cases = json::array();
-  for (int64_t T : o.tokens) {
-    std::mt19937_64 rng(100 + uint64_t(T));
-    std::normal_distribution<float> nd(0.f, 1.f);
-    std::vector<float> logits(size_t(T * cfg.num_experts));
-    for (float& v : logits) v = nd(rng);
+  // One case: T tokens routed by the layer's router from `logits` (host fp32 [T, E]).
+  auto measure = [&](int64_t T, const std::vector<float>& logits, const char* routing) {
     DeviceBuffer<float> dl(logits);
     auto fwd = [&] { layer.forward(s, x.get(), dl.get(), T, out.get()); };
-    const TimingStats lt = time_graph_replay(fwd, s, 5, o.reps);
+    const SteadyTiming st_time = time_graph_steady(fwd, s, o.warm_seconds, o.reps);
+    const TimingStats& lt = st_time.steady;
     const auto stages = layer.profile(s, x.get(), dl.get(), T, out.get(), o.reps);
     layer.check_status(s);
-
     std::vector<int32_t> ids(size_t(T * cfg.top_k));
     std::vector<float> wts(ids.size());
     FP4MOE_CUDA_CHECK(cudaMemcpy(ids.data(), layer.topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost));
@@ -129,10 +144,19 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
       if (st.stage == "gemm1" || st.stage == "gemm2" || st.stage == "shared") gemm_ms += st.median_ms;
     }
     const double floor_ms = roof(layer_bytes, layer_flops);
-    cases.push_back({{"tokens", T},
-                     {"tokens_per_expert", double(P) / double(cfg.num_experts)},
+    const double mean_rows = double(P) / double(cfg.num_experts);
+    return json{{"tokens", T},
+                     {"routing", routing},
+                     {"tokens_per_expert", mean_rows},
                      {"active_experts", active},
+                     {"max_rows_over_mean", double(*std::max_element(counts.begin(), counts.end())) / mean_rows},
+                     {"sensors", {{"samples", st_time.sensors.samples},
+                                  {"sm_clock_mhz_median", st_time.sensors.sm_clock_mhz_median},
+                                  {"sm_clock_mhz_min", st_time.sensors.sm_clock_mhz_min},
+                                  {"power_w_median", st_time.sensors.power_w_median},
+                                  {"power_w_max", st_time.sensors.power_w_max}}},
                      {"layer", {{"time", timing_json(lt.median_ms, lt.min_ms, lt.max_ms)},
+                                {"burst_time", timing_json(st_time.burst.median_ms, st_time.burst.min_ms, st_time.burst.max_ms)},
                                 {"bytes", layer_bytes},
                                 {"flops", layer_flops},
                                 {"floor_ms", floor_ms},
@@ -144,8 +168,20 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
                      {"stages", stj},
                      {"plan", layer.describe(T)},
                      {"topk_ids", ids},
-                     {"topk_weights", wts}});
+                     {"topk_weights", wts}};
+  };
+  json skewed = json::array();
+  for (int64_t T : o.tokens) {
+    // The layer's router on Gaussian logits (what a random router gives on random hidden states).
+    std::mt19937_64 rng(100 + uint64_t(T));
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> logits(size_t(T * cfg.num_experts));
+    for (float& v : logits) v = nd(rng);
+    cases.push_back(measure(T, logits, "random"));
     if (progress) progress(++done, total, "T=" + std::to_string(T));
+    if (!o.skewed) continue;
+    skewed.push_back(measure(T, zipf_logits(T, cfg.num_experts, 200 + uint64_t(T)), "zipf"));
+    if (progress) progress(++done, total, "T=" + std::to_string(T) + " skewed");
   }
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
   return {{"device", devs[0].name},
@@ -163,7 +199,11 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
           {"split_k", lo.split_k},
           {"ceilings", {{"copy_tb_per_s", ceil.copy_tb_per_s}, {"bf16_tflop_per_s", ceil.bf16_tflop_per_s}}},
           {"notes", peer_note},
-          {"cases", cases}};
+          {"timing", {{"headline", "steady state: back-to-back CUDA-graph replays for warm_seconds, then timed"},
+                      {"warm_seconds", o.warm_seconds},
+                      {"burst", "after 1 s idle, 10 replays"}}},
+          {"cases", cases},
+          {"skewed_cases", skewed}};
 }
 
 std::string layer_bench_csv(const json& r) {
@@ -191,18 +231,29 @@ std::string layer_bench_csv(const json& r) {
 std::string layer_bench_table(const json& r) {
   std::ostringstream os;
   const json& ce = r.at("ceilings");
-  os << fmt::format("GPU: {}; model {} ({} finalize); ceilings this run: copy {:.2f} TB/s, cuBLAS bf16 {:.0f} TFLOP/s\n\n",
+  os << fmt::format("GPU: {}; model {} ({} finalize); ceilings this run: copy {:.2f} TB/s, cuBLAS bf16 {:.0f} TFLOP/s\n",
                     r["device"].get<std::string>(), r["model"].get<std::string>(), r["finalize"].get<std::string>(),
                     ce["copy_tb_per_s"].get<double>(), ce["bf16_tflop_per_s"].get<double>());
-  os << "| T | tokens/expert | layer ms | % of floor | GEMM1 ms (% floor, vs cuBLAS, vs torch) | GEMM2 ms (% floor, vs cuBLAS, vs torch) | non-GEMM share | vs PyTorch layer |\n";
-  os << "|---|---|---|---|---|---|---|---|\n";
+  if (r.contains("timing"))
+    os << fmt::format("Times at steady state ({:g} s of back-to-back replays before each case); the after-idle burst beside.\n",
+                      r["timing"]["warm_seconds"].get<double>());
   auto vs = [](const json& g, const char* key) {
     return g.contains(key) ? fmt::format("{:.2f}x", g[key].get<double>()) : std::string("n/a");
   };
-  for (const json& c : r.at("cases")) {
+  auto table = [&](const json& cases) {
+  os << "\n| T | tokens/expert | max/mean rows | layer ms | % of floor | after idle ms | SM MHz, W | GEMM1 ms (% floor, vs cuBLAS, vs torch) | GEMM2 ms (% floor, vs cuBLAS, vs torch) | non-GEMM share | vs PyTorch layer |\n";
+  os << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const json& c : cases) {
     const json& l = c.at("layer");
-    os << fmt::format("| {} | {:.2f} | {:.4f} | {:.0f}% |", c["tokens"].get<int64_t>(), c["tokens_per_expert"].get<double>(),
-                      l["time"]["median_ms"].get<double>(), 100 * l["floor_fraction"].get<double>());
+    const std::string burst = l.contains("burst_time") ? fmt::format("{:.4f}", l["burst_time"]["median_ms"].get<double>()) : "";
+    const std::string sensors = c.contains("sensors") && c["sensors"]["samples"].get<int>() > 0
+                                    ? fmt::format("{:.0f}, {:.0f}", c["sensors"]["sm_clock_mhz_median"].get<double>(),
+                                                  c["sensors"]["power_w_median"].get<double>())
+                                    : "n/a";
+    const std::string skew = c.contains("max_rows_over_mean") ? fmt::format("{:.1f}", c["max_rows_over_mean"].get<double>()) : "";
+    os << fmt::format("| {} | {:.2f} | {} | {:.4f} | {:.0f}% | {} | {} |", c["tokens"].get<int64_t>(),
+                      c["tokens_per_expert"].get<double>(), skew, l["time"]["median_ms"].get<double>(),
+                      100 * l["floor_fraction"].get<double>(), burst, sensors);
     for (const json& g : c.at("gemms")) {
       if (!g.contains("time")) {
         os << " n/a |";
@@ -212,6 +263,13 @@ std::string layer_bench_table(const json& r) {
                         100 * g["floor_fraction"].get<double>(), vs(g, "speedup_vs_cublas"), vs(g, "speedup_vs_torch"));
     }
     os << fmt::format(" {:.1f}% | {} |\n", 100 * l["non_gemm_fraction"].get<double>(), vs(l, "speedup_vs_torch"));
+  }
+  };
+  os << "\nRouting: the layer's router on Gaussian logits\n";
+  table(r.at("cases"));
+  if (r.contains("skewed_cases") && !r["skewed_cases"].empty()) {
+    os << "\nRouting skewed: expert popularity Zipf (exponent 1)\n";
+    table(r["skewed_cases"]);
   }
   return os.str();
 }

@@ -18,6 +18,11 @@ namespace fp4moe {
 struct LayerBenchOptions {
   std::vector<int64_t> tokens = {1, 8, 32, 128, 512, 1024, 2048};
   int reps = 30;
+  // The headline is the steady state a busy server runs at: back-to-back
+  // replays for this long before each case's timed ones (the after-idle burst
+  // is reported beside it).
+  double warm_seconds = 2.0;
+  bool skewed = true;  // each case also under Zipf-skewed routing (skewed_cases)
   bool cublas_peer = true;
   LayerOptions layer;
 };

@@ -1,0 +1,36 @@
+// The SM clock and board power of the current GPU while a benchmark runs, read
+// through NVML (the driver's libnvidia-ml, opened at run time: nothing to link,
+// and a machine without it reports no samples rather than failing).
+#pragma once
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fp4moe {
+
+struct SensorSummary {
+  int samples = 0;  // 0: NVML was not available
+  double sm_clock_mhz_median = 0, sm_clock_mhz_min = 0, power_w_median = 0, power_w_max = 0;
+};
+
+// Samples every `period_ms` on a thread of its own from construction to
+// stop(); stop() returns the summary.
+class GpuSensorSampler {
+ public:
+  explicit GpuSensorSampler(int device, int period_ms = 20);
+  ~GpuSensorSampler();
+  GpuSensorSampler(const GpuSensorSampler&) = delete;
+  GpuSensorSampler& operator=(const GpuSensorSampler&) = delete;
+  SensorSummary stop();
+
+ private:
+  std::vector<double> clocks_, watts_;
+  std::atomic<bool> running_{true};
+  std::thread thread_;
+};
+
+// Whether NVML could be opened, and why not.
+bool gpu_sensors_available(std::string* why = nullptr);
+
+}  // namespace fp4moe
