@@ -10,6 +10,7 @@
 
 #include "fp4moe/checkpoint.hpp"
 #include "fp4moe/error.hpp"
+#include "io/gpt_oss.hpp"
 #include "io/modelopt.hpp"
 
 namespace fp4moe {
@@ -100,11 +101,38 @@ std::string describe_config(const MoeConfig& c) {
 
 // The loader's validation (read_moe_layer) on every MoE layer asked for, without
 // copying the FP4 codes; each problem it finds becomes a line.
+void list_problems(const std::string& what, CheckpointSummary& s) {
+  s.lines.push_back("problems (" + std::to_string(s.problems.size()) + "):");
+  for (const std::string& p : s.problems) s.lines.push_back("  " + p);
+  s.lines.push_back("fp4moe: this " + what + " cannot be used until the problems above are fixed");
+}
+
+// gpt-oss's own MXFP4 layout (config.json: quantization_config.quant_method "mxfp4").
+void describe_gpt_oss(const std::string& path, const io::TensorStore& store, const std::optional<MoeConfig>& cfg,
+                      int64_t only_layer, io::ProblemList& problems, CheckpointSummary& s) {
+  s.lines.push_back("quantization: MXFP4, group 32 (gpt-oss layout: config.json quant_method mxfp4)");
+  s.moe_layers = io::gpt_oss::moe_layers(store);
+  std::vector<int64_t> checked = s.moe_layers;
+  if (only_layer >= 0) checked = {only_layer};
+  if (s.moe_layers.empty()) problems.add(-1, path + ": no MoE layers (model.layers.{L}.mlp.experts.gate_up_proj_blocks)");
+  if (cfg)
+    for (const int64_t layer : checked)
+      problems.check(layer, [&] { io::gpt_oss::check_layer_tensors(store, *cfg, layer); });
+  s.problems = problems.sorted();
+  if (!s.problems.empty()) return list_problems("checkpoint", s);
+  const std::string first = std::to_string(checked.front());
+  s.lines.push_back("fp4moe: MoE layers " + number_set({checked.begin(), checked.end()}) +
+                    " checked (dtypes and shapes; values as a layer loads): gate/up rows interleaved, expert and router "
+                    "biases, clamped SwiGLU. `fp4moe run --checkpoint " + path + " --layer " + first +
+                    " --cpu` runs layer " + first + " on the CPU reference; the GPU layer does not compute these models yet");
+}
+
 void describe_directory(const std::string& path, const io::TensorStore& store, int64_t only_layer, CheckpointSummary& s) {
   io::ProblemList problems;
   const std::string config = (fs::path(path) / io::modelopt::kModelConfigFile).string();
   std::optional<MoeConfig> cfg;
   if (problems.check(-2, [&] { cfg = config_from_hf_json(config); })) s.lines.push_back("config.json: " + describe_config(*cfg));
+  if (io::gpt_oss::is_gpt_oss_checkpoint(path)) return describe_gpt_oss(path, store, cfg, only_layer, problems, s);
   bool quant_config = false;
   problems.check(-2, [&] { quant_config = io::modelopt::has_quant_config(path); });
   if (quant_config && problems.check(-2, [&] {
@@ -128,12 +156,7 @@ void describe_directory(const std::string& path, const io::TensorStore& store, i
     }
   s.problems = problems.sorted();
   const std::string layers = number_set({checked.begin(), checked.end()});
-  if (!s.problems.empty()) {
-    s.lines.push_back("problems (" + std::to_string(s.problems.size()) + "):");
-    for (const std::string& p : s.problems) s.lines.push_back("  " + p);
-    s.lines.push_back("fp4moe: this checkpoint cannot be used until the problems above are fixed");
-    return;
-  }
+  if (!s.problems.empty()) return list_problems("checkpoint", s);
   const std::string first = std::to_string(checked.front());
   if (s.nvfp4) {
     for (const std::string& n : notes) s.lines.push_back("layer " + first + ": " + n);

@@ -6,9 +6,11 @@
 //   mlp.experts.down_proj_{blocks,scales,bias}  [E, H, I/32, 16], [E, H, I/32], [E, H]
 //   mlp.router.weight BF16 [E, H], mlp.router.bias [E]
 // config.json: quantization_config.quant_method = "mxfp4".
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -79,6 +81,38 @@ bool is_gpt_oss_checkpoint(const std::string& dir) {
   const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
   return j.is_object() && j.contains("quantization_config") && j["quantization_config"].is_object() &&
          j["quantization_config"].value("quant_method", std::string()) == "mxfp4";
+}
+
+std::vector<int64_t> moe_layers(const TensorStore& store) {
+  std::vector<int64_t> layers;
+  const std::string head = "model.layers.", tail = ".mlp.experts.gate_up_proj_blocks";
+  for (const std::string& n : store.names()) {
+    if (n.size() <= head.size() + tail.size() || n.compare(0, head.size(), head) != 0 ||
+        n.compare(n.size() - tail.size(), tail.size(), tail) != 0)
+      continue;
+    const std::string num = n.substr(head.size(), n.size() - head.size() - tail.size());
+    if (!num.empty() && std::all_of(num.begin(), num.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      layers.push_back(std::stoll(num));
+  }
+  std::sort(layers.begin(), layers.end());
+  return layers;
+}
+
+void check_layer_tensors(const TensorStore& store, const MoeConfig& c, int64_t layer) {
+  const std::string pre = layer_prefix(layer);
+  const int64_t E = c.num_experts, H = c.hidden, I = c.intermediate;
+  for (const auto& [proj, rows, K] : {std::tuple{std::string("experts.gate_up_proj"), 2 * I, H},
+                                      std::tuple{std::string("experts.down_proj"), H, I}}) {
+    const TensorRef b = store.get(pre + proj + "_blocks");
+    expect_dtype(b, {Dtype::U8});
+    expect_shape(b, {E, rows, K / 32, 16}, "[E, rows, K/32, 16] from config.json");
+    const TensorRef s = store.get(pre + proj + "_scales");
+    expect_dtype(s, {Dtype::U8});
+    expect_shape(s, {E, rows, K / 32}, "[E, rows, K/32] from config.json");
+    expect_shape(store.get(pre + proj + "_bias"), {E, rows}, "[E, rows] from config.json");
+  }
+  expect_shape(store.get(pre + "router.weight"), {E, H}, "[E, H] from config.json");
+  expect_shape(store.get(pre + "router.bias"), {E}, "[E] from config.json");
 }
 
 MoeCheckpointLayer read_layer(const TensorStore& store, const MoeConfig& c, int64_t layer) {

@@ -185,5 +185,31 @@ TEST(GptOss, OwnCheckpointLayoutLoadsTheSameWeights) {
   EXPECT_NE(test::error_of([&] { load_moe_layer(d.path(), 0); }).find("layer 0 has no tensor"), std::string::npos);
 }
 
+TEST(GptOss, InspectChecksTheLayoutAndNamesWhatIsWrong) {
+  const MoeConfig c = preset("gpt-oss-small");
+  MoeWeights w = random_moe_weights(c, Fp4Format::mxfp4, 10);
+  w.router_weight.assign(size_t(c.num_experts * c.hidden), bf16_from_float(0.25f));
+  w.router_bias.assign(size_t(c.num_experts), 0.f);
+  const test::TempDir d;
+  write_gpt_oss_checkpoint(d.path(), c, w, 1);
+  const CheckpointSummary s = inspect_checkpoint(d.path());
+  EXPECT_TRUE(s.usable());
+  EXPECT_EQ(s.moe_layers, std::vector<int64_t>{1});
+  std::string all;
+  for (const std::string& l : s.lines) all += l + "\n";
+  EXPECT_NE(all.find("MXFP4, group 32 (gpt-oss layout"), std::string::npos) << all;
+  EXPECT_NE(all.find("--layer 1 --cpu"), std::string::npos) << all;
+  // a config.json whose expert width disagrees with the tensors: the tensor and the shape are named
+  test::write_text(d.path() + "/config.json",
+                   "{\"model_type\": \"gpt_oss\", \"hidden_size\": " + std::to_string(c.hidden) +
+                       ", \"intermediate_size\": " + std::to_string(2 * c.intermediate) + ", \"num_local_experts\": " +
+                       std::to_string(c.num_experts) + ", \"num_experts_per_tok\": 4, \"num_hidden_layers\": 2,"
+                       " \"quantization_config\": {\"quant_method\": \"mxfp4\"}}");
+  const CheckpointSummary bad = inspect_checkpoint(d.path());
+  EXPECT_FALSE(bad.usable());
+  ASSERT_FALSE(bad.problems.empty());
+  EXPECT_NE(bad.problems.front().find("gate_up_proj_blocks"), std::string::npos) << bad.problems.front();
+}
+
 }  // namespace
 }  // namespace fp4moe
