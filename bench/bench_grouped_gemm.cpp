@@ -73,13 +73,14 @@ TimingStats time_gemm(const std::vector<kernels::GroupedGemmArgs>& args, const k
 // replays (the burst), then warm_seconds of back-to-back replays and the timed
 // ones with the SM clock and power beside them. Times per launch.
 SteadyTiming time_gemm_steady(const std::vector<kernels::GroupedGemmArgs>& args, const kernels::GemmLaunch& L,
-                              __nv_bfloat16* rows, cudaStream_t stream, int reps, double warm_seconds, int idle_ms) {
+                              __nv_bfloat16* rows, cudaStream_t stream, int reps, double warm_seconds, int idle_ms,
+                              bool burst = true) {
   const bool copy = kernels::loads_rows_in_expert_order(L.tile);
   auto enqueue = [&] {
     for (const kernels::GroupedGemmArgs& a : args)
       kernels::launch_fp4_grouped_gemm(copy && a.gather ? kernels::copy_rows_in_expert_order(a, rows, stream) : a, L, stream);
   };
-  SteadyTiming t = time_graph_steady(enqueue, stream, warm_seconds, reps, idle_ms, 10);
+  SteadyTiming t = time_graph_steady(enqueue, stream, warm_seconds, reps, idle_ms, burst ? 10 : 0);
   const double n = double(args.size());
   for (TimingStats* s : {&t.steady, &t.burst}) s->median_ms /= n, s->min_ms /= n, s->max_ms /= n;
   return t;
@@ -348,19 +349,24 @@ int main(int argc, char** argv) {
             },
             stream, 3, reps);
 
-        // Where the time goes (leave one part out): the best tile
-        // with only its loads, with only its math, and without its output
-        // writes (the epilogue's share; results are garbage).
+        // Where the time goes (leave one part out), at steady state like the
+        // headline: the best tile with only its loads, with only its math (the
+        // K loop on stale stages, its epilogue included), and without its
+        // output writes (the epilogue's share); results are garbage.
         json diag = {{"loads_only_ms", 0.0}, {"compute_only_ms", 0.0}, {"no_output_ms", 0.0}};
         if (!skip_peers) {
           using kernels::GemmProbe;
           for (GemmProbe part : {GemmProbe::loads_only, GemmProbe::math_only, GemmProbe::no_output}) {
             kernels::GemmLaunch L = best_launch;
             L.probe = part;
-            const TimingStats t = time_gemm(args, L, workspace.get(), stream, 3, 20);
-            diag[part == GemmProbe::loads_only ? "loads_only_ms" : part == GemmProbe::math_only ? "compute_only_ms"
-                                                                                             : "no_output_ms"] = t.median_ms;
+            const SteadyTiming t = time_gemm_steady(args, L, workspace.get(), stream, 20, warm_seconds, 0, false);
+            const std::string key = part == GemmProbe::loads_only ? "loads_only" : part == GemmProbe::math_only ? "compute_only"
+                                                                                                                : "no_output";
+            diag[key + "_ms"] = t.steady.median_ms;
+            diag[key + "_sm_clock_mhz"] = t.sensors.sm_clock_mhz_median;
+            diag[key + "_power_w"] = t.sensors.power_w_median;
           }
+          diag["full_over_compute_only"] = best.median_ms / diag["compute_only_ms"].get<double>();
         }
 
         if (skip_peers) {
@@ -402,12 +408,13 @@ int main(int argc, char** argv) {
                   {"tiles", tiles}, {"diagnostics", diag}, {"steady", steady_json},
                   {"counts", rb.counts}, {"counts_rotation", counts_rotation}};  // counts: the first routing's
         cases.push_back(c);
-        fmt::print("{} T={:5d} active {:5.1f} max/expert {:4d}  {:8.4f} ms at steady state (after idle {:.4f}; SM {:.0f} MHz, {:.0f} W) ({}, {} routings)  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  dense bf16 {:5.1f}% (beside it: {:.0f} TFLOP/s, {:5.1f}%)  cuBLAS {:8.4f} ms ({:4.2f}x)  loads-only {:.4f} compute-only {:.4f} no-output {:.4f}\n",
+        fmt::print("{} T={:5d} active {:5.1f} max/expert {:4d}  {:8.4f} ms at steady state (after idle {:.4f}; SM {:.0f} MHz, {:.0f} W) ({}, {} routings)  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  dense bf16 {:5.1f}% (beside it: {:.0f} TFLOP/s, {:5.1f}%)  cuBLAS {:8.4f} ms ({:4.2f}x)  loads-only {:.4f} compute-only {:.4f} no-output {:.4f} (full / compute-only {:.2f}x)\n",
                    g.name, T, active, max_rows, best.median_ms, steady.burst.median_ms, steady.sensors.sm_clock_mhz_median,
                    steady.sensors.power_w_median, plan::gemm_tile_name(best_tile), routings,
                    bytes / (best.median_ms * 1e-3) / 1e12, tflops, floor_ms, 100 * floor_ms / best.median_ms,
                    100 * tflops / ceil.bf16_tflop_per_s, dense_adjacent, 100 * tflops / dense_adjacent, tb.median_ms, tb.median_ms / best.median_ms,
-                   diag["loads_only_ms"].get<double>(), diag["compute_only_ms"].get<double>(), diag["no_output_ms"].get<double>());
+                   diag["loads_only_ms"].get<double>(), diag["compute_only_ms"].get<double>(), diag["no_output_ms"].get<double>(),
+                   diag.value("full_over_compute_only", 0.0));
       }
     }
     report["cases"] = cases;
