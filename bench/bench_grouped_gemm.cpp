@@ -56,16 +56,19 @@ struct RoutedBatch {
 // time is per launch): the host's per-launch work (the plan check, tensor-map
 // encoding) is off the GPU's clock. A gathered GEMM1 on a warp-specialized tile
 // is two kernels, the row copy and the GEMM: both are timed.
-// Each routing's GEMM; a tile that loads its rows by TMA copies gathered rows
-// into `rows` in expert order first, as the layer does (the copy is timed with it).
+// One GEMM as the layer runs it: a tile that loads its rows by TMA gets
+// gathered rows copied into `rows` in expert order first (timed with it).
+void launch_as_the_layer_does(const kernels::GroupedGemmArgs& a, const kernels::GemmLaunch& L, __nv_bfloat16* rows,
+                              cudaStream_t stream) {
+  const bool copy = a.gather && kernels::loads_rows_in_expert_order(L.tile);
+  kernels::launch_fp4_grouped_gemm(copy ? kernels::copy_rows_in_expert_order(a, rows, stream) : a, L, stream);
+}
+
+// Each routing's GEMM, launched as the layer does.
 TimingStats time_gemm(const std::vector<kernels::GroupedGemmArgs>& args, const kernels::GemmLaunch& L, __nv_bfloat16* rows,
                       cudaStream_t stream, int warmup, int reps) {
   std::vector<std::function<void()>> launches;
-  const bool copy = kernels::loads_rows_in_expert_order(L.tile);
-  for (const kernels::GroupedGemmArgs& a : args)
-    launches.push_back([&, copy] {
-      kernels::launch_fp4_grouped_gemm(copy && a.gather ? kernels::copy_rows_in_expert_order(a, rows, stream) : a, L, stream);
-    });
+  for (const kernels::GroupedGemmArgs& a : args) launches.push_back([&] { launch_as_the_layer_does(a, L, rows, stream); });
   return time_graph_sequence(launches, stream, warmup, reps);
 }
 
@@ -75,10 +78,8 @@ TimingStats time_gemm(const std::vector<kernels::GroupedGemmArgs>& args, const k
 SteadyTiming time_gemm_steady(const std::vector<kernels::GroupedGemmArgs>& args, const kernels::GemmLaunch& L,
                               __nv_bfloat16* rows, cudaStream_t stream, int reps, double warm_seconds, int idle_ms,
                               bool burst = true) {
-  const bool copy = kernels::loads_rows_in_expert_order(L.tile);
   auto enqueue = [&] {
-    for (const kernels::GroupedGemmArgs& a : args)
-      kernels::launch_fp4_grouped_gemm(copy && a.gather ? kernels::copy_rows_in_expert_order(a, rows, stream) : a, L, stream);
+    for (const kernels::GroupedGemmArgs& a : args) launch_as_the_layer_does(a, L, rows, stream);
   };
   SteadyTiming t = time_graph_steady(enqueue, stream, warm_seconds, reps, idle_ms, burst ? 10 : 0);
   const double n = double(args.size());
@@ -342,12 +343,7 @@ int main(int argc, char** argv) {
         const TimingStats single = time_gemm({args[0]}, best_launch, workspace.get(), stream, 3, reps);
         // The same launch eagerly: the host's per-launch work (plan check, tensor maps) included.
         const TimingStats eager = time_on_stream(
-            [&] {
-              const bool copy = args[0].gather && kernels::loads_rows_in_expert_order(best_launch.tile);
-              kernels::launch_fp4_grouped_gemm(
-                  copy ? kernels::copy_rows_in_expert_order(args[0], workspace.get(), stream) : args[0], best_launch, stream);
-            },
-            stream, 3, reps);
+            [&] { launch_as_the_layer_does(args[0], best_launch, workspace.get(), stream); }, stream, 3, reps);
 
         // Where the time goes (leave one part out), at steady state like the
         // headline: the best tile with only its loads, with only its math (the

@@ -84,6 +84,8 @@ class ParallelMoeLayer {
   void forward_expert_allgather(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
                                 __nv_bfloat16* out);
   void exchange_blocks(cudaStream_t s, bool partial_rows);
+  void allgather_exchange(cudaStream_t s, bool partial_rows);
+  void allreduce_sums(cudaStream_t s, int64_t T);
   void forward_expert_alltoall(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
                                __nv_bfloat16* out);
   void experts_over_rows(cudaStream_t s, const __nv_bfloat16* rows_hidden, const int32_t* rows_ids,

@@ -110,7 +110,6 @@ struct GemmTile {
     const int w2 = three_quarters ? 3 * nt / 4 : nt;
     return !narrows_k_loop() ? nt : i == 0 ? w0 : i == 1 ? w1 : i == 2 ? w2 : nt;
   }
-  static constexpr int kKLoopWidths = 4;
   // Tiles of 136+ accumulators per thread read the item, its split and the
   // item count again after the K loop (a binary search in shared memory):
   // kept live across it, they spill there.

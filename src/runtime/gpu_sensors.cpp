@@ -4,8 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <mutex>
+#include <string>
 
 #include <cuda_runtime.h>
 
@@ -44,12 +43,6 @@ const Nvml& nvml() {
 }
 
 }  // namespace
-
-bool gpu_sensors_available(std::string* why) {
-  const Nvml& n = nvml();
-  if (why) *why = n.error;
-  return n.error.empty();
-}
 
 GpuSensorSampler::GpuSensorSampler(int device, int period_ms) {
   const Nvml& n = nvml();

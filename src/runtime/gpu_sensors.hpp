@@ -3,7 +3,6 @@
 // and a machine without it reports no samples rather than failing).
 #pragma once
 #include <atomic>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -29,8 +28,5 @@ class GpuSensorSampler {
   std::atomic<bool> running_{true};
   std::thread thread_;
 };
-
-// Whether NVML could be opened, and why not.
-bool gpu_sensors_available(std::string* why = nullptr);
 
 }  // namespace fp4moe

@@ -155,17 +155,13 @@ void ParallelMoeLayer::forward_expert_allgather(cudaStream_t s, const __nv_bfloa
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.ids_send.get() + T * k, 0xFF, size_t((Tm - T) * k) * 4, s));
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.weights_send.get() + T * k, 0, size_t((Tm - T) * k) * 4, s));
   // 2. Every rank's rows and routing.
-  FP4MOE_NCCL_CHECK(ncclGroupStart());
-  FP4MOE_NCCL_CHECK(ncclAllGather(p.hidden_send.get(), p.hidden_all.get(), size_t(Tm * H), ncclBfloat16, p.comm, s));
-  FP4MOE_NCCL_CHECK(ncclAllGather(p.ids_send.get(), p.ids_all.get(), size_t(Tm * k), ncclInt32, p.comm, s));
-  FP4MOE_NCCL_CHECK(ncclAllGather(p.weights_send.get(), p.weights_all.get(), size_t(Tm * k), ncclFloat32, p.comm, s));
-  FP4MOE_NCCL_CHECK(ncclGroupEnd());
+  allgather_exchange(s, false);
   // 3. This rank's experts over every rank's rows (one rank: exactly the single-GPU launches).
   const int64_t rows = G == 1 ? T : G * Tm;
   experts_over_rows(s, p.hidden_all.get(), p.ids_all.get(), p.weights_all.get(), rows,
                     G == 1 ? T : std::min(G * T, G * Tm), T, p.partial.get());
   // 4. Each rank's own rows, summed over the ranks.
-  FP4MOE_NCCL_CHECK(ncclReduceScatter(p.partial.get(), p.reduced.get(), size_t(Tm * H), ncclFloat32, ncclSum, p.comm, s));
+  allgather_exchange(s, true);
   // 5. The shared expert on this rank's tokens, then out = bf16(sums + shared).
   if (T == 0) return;
   round_sums(p.reduced.get(), shared_expert(s, hidden, T), T, H, int(k), out, s);
@@ -246,26 +242,35 @@ void ParallelMoeLayer::exchange_blocks(cudaStream_t s, bool partial_rows) {
   FP4MOE_NCCL_CHECK(ncclGroupEnd());
 }
 
-void ParallelMoeLayer::communicate(cudaStream_t s, int64_t T, int64_t rows_per_rank) {
+// Allgather of the step's rows per rank (hidden states, ids, weights) into
+// every rank's block, or the reduce-scatter of the fp32 partial rows back.
+void ParallelMoeLayer::allgather_exchange(cudaStream_t s, bool partial_rows) {
   Impl& p = *impl_;
-  set_step_rows(T, rows_per_rank);
   const int64_t Tm = p.step_rows, H = p.layer->config().hidden, k = p.layer->config().top_k;
-  switch (p.mode) {
-    case ParallelMode::expert_allgather:
-      FP4MOE_NCCL_CHECK(ncclGroupStart());
-      FP4MOE_NCCL_CHECK(ncclAllGather(p.hidden_send.get(), p.hidden_all.get(), size_t(Tm * H), ncclBfloat16, p.comm, s));
-      FP4MOE_NCCL_CHECK(ncclAllGather(p.ids_send.get(), p.ids_all.get(), size_t(Tm * k), ncclInt32, p.comm, s));
-      FP4MOE_NCCL_CHECK(ncclAllGather(p.weights_send.get(), p.weights_all.get(), size_t(Tm * k), ncclFloat32, p.comm, s));
-      FP4MOE_NCCL_CHECK(ncclGroupEnd());
-      FP4MOE_NCCL_CHECK(ncclReduceScatter(p.partial.get(), p.reduced.get(), size_t(Tm * H), ncclFloat32, ncclSum, p.comm, s));
-      return;
-    case ParallelMode::expert_alltoall:
-      exchange_blocks(s, false);
-      exchange_blocks(s, true);
-      return;
-    case ParallelMode::tensor:
-      FP4MOE_NCCL_CHECK(ncclAllReduce(p.partial.get(), p.partial.get(), size_t(T * H), ncclFloat32, ncclSum, p.comm, s));
-      return;
+  if (partial_rows) {
+    FP4MOE_NCCL_CHECK(ncclReduceScatter(p.partial.get(), p.reduced.get(), size_t(Tm * H), ncclFloat32, ncclSum, p.comm, s));
+    return;
+  }
+  FP4MOE_NCCL_CHECK(ncclGroupStart());
+  FP4MOE_NCCL_CHECK(ncclAllGather(p.hidden_send.get(), p.hidden_all.get(), size_t(Tm * H), ncclBfloat16, p.comm, s));
+  FP4MOE_NCCL_CHECK(ncclAllGather(p.ids_send.get(), p.ids_all.get(), size_t(Tm * k), ncclInt32, p.comm, s));
+  FP4MOE_NCCL_CHECK(ncclAllGather(p.weights_send.get(), p.weights_all.get(), size_t(Tm * k), ncclFloat32, p.comm, s));
+  FP4MOE_NCCL_CHECK(ncclGroupEnd());
+}
+
+// The tensor mode's sum of the ranks' fp32 partial outputs, in place.
+void ParallelMoeLayer::allreduce_sums(cudaStream_t s, int64_t T) {
+  Impl& p = *impl_;
+  const int64_t H = p.layer->config().hidden;
+  FP4MOE_NCCL_CHECK(ncclAllReduce(p.partial.get(), p.partial.get(), size_t(T * H), ncclFloat32, ncclSum, p.comm, s));
+}
+
+void ParallelMoeLayer::communicate(cudaStream_t s, int64_t T, int64_t rows_per_rank) {
+  set_step_rows(T, rows_per_rank);
+  switch (impl_->mode) {
+    case ParallelMode::expert_allgather: return allgather_exchange(s, false), allgather_exchange(s, true);
+    case ParallelMode::expert_alltoall: return exchange_blocks(s, false), exchange_blocks(s, true);
+    case ParallelMode::tensor: return allreduce_sums(s, T);
   }
 }
 
@@ -280,8 +285,8 @@ void ParallelMoeLayer::experts_over_rows(cudaStream_t s, const __nv_bfloat16* ro
   m.permute(s, rows_ids, rows, own_tokens);
   // the layer's routed GEMMs (its finalize is split: GEMM2 stores its rows) over these rows
   const ForwardPlan& plan = m.forward_plan(plan_tokens);
-  const GemmSteps steps = m.gemm_steps(rows, rows_hidden);
-  for (int i = 0; i < 2; ++i) m.launch_step(steps.step[size_t(i)], plan, s);
+  for (const GemmStep& g : m.gemm_steps(rows, rows_hidden))
+    if (!g.dense) m.launch_step(g, plan, s);
   kernels::FinalizeArgs f;
   f.expert_out = m.y2.get();
   f.pair_pos = m.pair_pos.get();
@@ -298,8 +303,8 @@ const __nv_bfloat16* ParallelMoeLayer::shared_expert(cudaStream_t s, const __nv_
   MoeLayer::Impl& m = inner(*impl_->layer);
   if (!m.shared) return nullptr;
   const ForwardPlan& own = m.forward_plan(T);
-  const GemmSteps steps = m.gemm_steps(T, hidden);
-  for (int i = 2; i < steps.count; ++i) m.launch_step(steps.step[size_t(i)], own, s);  // the shared expert's two
+  for (const GemmStep& g : m.gemm_steps(T, hidden))
+    if (g.dense) m.launch_step(g, own, s);
   return m.shared_y.get();
 }
 
@@ -311,7 +316,7 @@ void ParallelMoeLayer::forward_tensor(cudaStream_t s, const __nv_bfloat16* hidde
   // Every rank holds the same tokens and routes them alike; its slice's share of
   // the layer (shared expert included) is summed over the ranks in fp32.
   if (T > 0) p.layer->run(s, hidden, logits, nullptr, T, nullptr, p.partial.get(), nullptr);
-  FP4MOE_NCCL_CHECK(ncclAllReduce(p.partial.get(), p.partial.get(), size_t(T * H), ncclFloat32, ncclSum, p.comm, s));
+  allreduce_sums(s, T);
   if (T > 0) round_sums(p.partial.get(), nullptr, T, H, int(k), out, s);
 }
 
