@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|layer|host|parallel|modelopt|sanitize|all]
+#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|layer|gpt-oss|host|parallel|modelopt|sanitize|all]
 #   (bench: GEMM tiles at decode and prefill sizes and the K loop's wgmma rate; decode, prefill: those sizes only;
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
+#    gpt-oss: fp4moe bench --model gpt-oss-120b (untuned; GPT_OSS_TOKENS to choose T);
 #    host: the router kernels by token count (bench_route) and a forward's host time (bench_host_overhead);
 #    python: the Python package's torch tests and its op overhead, from a wheel in WHEELS (default .whl:
 #    fp4moe-*.whl and apache_tvm_ffi-*.whl, installed under /tmp/site);
@@ -19,8 +20,8 @@ OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
 WHAT=${1:-all}
 case "$WHAT" in
-  tests|python|bench|decode|prefill|rate|layer|host|parallel|modelopt|sanitize|all) ;;
-  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, layer, host, parallel, modelopt, sanitize, all" >&2; exit 2 ;;
+  tests|python|bench|decode|prefill|rate|layer|gpt-oss|host|parallel|modelopt|sanitize|all) ;;
+  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, layer, gpt-oss, host, parallel, modelopt, sanitize, all" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 # cuBLAS and NCCL from PyTorch's wheels where the system has none on the loader's path
@@ -126,6 +127,12 @@ if [ "$WHAT" = layer ] || [ "$WHAT" = all ]; then
   "$BIN/fp4moe" bench --model glm5 --out "$OUT/bench" --peers-script bench/peers.py > "$OUT/bench_layer.log" 2>&1
   summary+=("fp4moe bench: rc=$?")
   rm -f "$OUT/bench_layer.log.tmp"
+fi
+if [ "$WHAT" = gpt-oss ] || [ "$WHAT" = all ]; then
+  # gpt-oss-120b's layer (MXFP4, biases, the clamped SwiGLU, H = I = 2880 padded), untuned tiles
+  "$BIN/fp4moe" bench --model gpt-oss-120b --out "$OUT/bench_gpt_oss" --peers-script bench/peers.py \
+    ${GPT_OSS_TOKENS:+--tokens $GPT_OSS_TOKENS} > "$OUT/bench_gpt_oss.log" 2>&1
+  summary+=("fp4moe bench --model gpt-oss-120b: rc=$?")
 fi
 if [ "$WHAT" = parallel ] || [ "$WHAT" = all ]; then
   TOK=${PARALLEL_TOKENS:-1,2,4,8,16,32,64,128,256,512,1024,2048}

@@ -180,7 +180,9 @@ void run_bench(const BenchOptions& o) {
     return run_parallel({cfg, random_moe_weights(cfg, Fp4Format::nvfp4, 2), "random nvfp4, seed 2", {}}, r, devs);
   }
   fmt::print("fp4moe bench on {} (sm_{}): {}\n", devs[0].name, devs[0].cc, cfg.name);
-  const MoeWeights w = random_moe_weights(cfg, Fp4Format::nvfp4, 2);
+  // gpt-oss ships its experts in MXFP4; the other models' checkpoints are NVFP4
+  const Fp4Format format = cfg.activation == Activation::clamped_swiglu ? Fp4Format::mxfp4 : Fp4Format::nvfp4;
+  const MoeWeights w = random_moe_weights(cfg, format, 2);
   LayerBenchOptions bo;
   bo.tokens = o.tokens;
   bo.reps = o.reps;

@@ -41,9 +41,11 @@ std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights&
                                          const float* x, int64_t tokens, const Routing& routing);
 
 // Router logits as the Hugging Face GLM-5 / DeepSeek-V3 code computes them:
-// fp32(hidden) . fp32(router_weight)^T; here in double, rounded to fp32 [T, E].
+// fp32(hidden) . fp32(router_weight)^T; here in double, rounded to fp32 [T, E];
+// plus router_bias [E] when given (gpt-oss's router), added in fp32.
 std::vector<float> router_logits_reference(const float* hidden, int64_t tokens, int64_t hidden_size,
-                                           const std::vector<uint16_t>& router_weight);
+                                           const std::vector<uint16_t>& router_weight,
+                                           const std::vector<float>& router_bias = {});
 
 // Grouped GEMM oracle used by kernel tests: y[r] = x[r] . dequant(W)^T for
 // the rows of each expert, fp64 accumulation, fp32 result.

@@ -74,7 +74,8 @@ class MoeLayer:
     def from_modelopt(cls, path: str, layer: int, *, max_tokens: int = 1024, finalize: str = "auto",
                       deterministic: bool = False, tune_cache: Optional[str] = None, use_tune_cache: bool = True,
                       device: Optional[int] = None, split_k: bool = True) -> "MoeLayer":
-        """MoE layer ``layer`` of a ModelOpt NVFP4 checkpoint directory (config.json, safetensors)."""
+        """MoE layer ``layer`` of a ModelOpt NVFP4 checkpoint directory (config.json, safetensors),
+        or of a gpt-oss checkpoint in OpenAI's own MXFP4 layout (config.json quant_method mxfp4)."""
         opts = _options_json(max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k)
         return cls(_native.fn("layer_from_modelopt")(str(path), int(layer), opts))
 

@@ -1,5 +1,5 @@
 """fp4moe behind transformers' MoE blocks (GLM-5 ``GlmMoeDsaMoE``, DeepSeek-V3
-``DeepseekV3MoE``, and any block whose ``experts`` is called as
+``DeepseekV3MoE``, gpt-oss ``GptOssMLP``, and any block whose ``experts`` is called as
 ``experts(hidden_states, top_k_index, top_k_weights)`` over ``gate_up_proj``
 [E, 2I, H] (gate first) and ``down_proj`` [E, H, I]).
 
@@ -8,7 +8,9 @@ becomes an fp4moe layer whose FP4 weights come from a ModelOpt NVFP4 checkpoint
 (``load_modelopt``: transformers cannot load those itself), or from quantizing
 the module's own weights (``use_fp4moe``: ModelOpt's NVFP4 arithmetic; the
 module's weights are then replaced by their dequantized values, so both compute
-the same function).
+the same function). gpt-oss's experts come from its own MXFP4 checkpoint
+(``load_gpt_oss``), their biases and clamped SwiGLU computed in fp4moe's GEMM
+epilogues.
 """
 
 from __future__ import annotations
@@ -218,3 +220,22 @@ def load_modelopt(model: torch.nn.Module, path: str, *, experts: str = "fp4moe",
         raise ValueError(f"{path}: the checkpoint has no tensor for {len(missing)} parameters of the model, "
                          f"e.g. {missing[:3]}")
     return blocks
+
+
+def load_gpt_oss(block: torch.nn.Module, path: str, *, layer: int, max_tokens: int = 1024,
+                 finalize: str = "split") -> torch.nn.Module:
+    """Replaces a transformers ``GptOssMLP``'s experts with MoE layer ``layer`` of
+    the gpt-oss checkpoint directory ``path`` (OpenAI's MXFP4 layout, read by
+    fp4moe: the same validation and errors as ``fp4moe inspect``). The block
+    keeps its router, whose top-k ids and weights the experts receive. Returns
+    the block."""
+    experts = getattr(block, "experts", None)
+    if experts is None or not hasattr(experts, "gate_up_proj_bias") or not hasattr(block, "router"):
+        raise ValueError(f"load_gpt_oss: {type(block).__name__} is not a gpt-oss MoE block (router, experts with biases)")
+    layer_ = MoeLayer.from_modelopt(path, layer, max_tokens=max_tokens, finalize=finalize)
+    E = int(layer_.config["num_experts"])
+    if E != experts.gate_up_proj.shape[0] or int(layer_.config["hidden"]) != experts.gate_up_proj.shape[1]:
+        raise ValueError(f"load_gpt_oss: {path} layer {layer} has E = {E}, H = {layer_.config['hidden']}; the block has "
+                         f"E = {experts.gate_up_proj.shape[0]}, H = {experts.gate_up_proj.shape[1]}")
+    block.experts = FP4MoEExperts(layer_, E)
+    return block

@@ -62,24 +62,49 @@ std::vector<const Fp4Matrix*> pointers(std::span<const Fp4Matrix> v) {
 }
 }  // namespace
 
-PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix> experts) {
-  return prepare_gemm_weights(pointers(experts));
+PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix> experts, int64_t n, int64_t k) {
+  return prepare_gemm_weights(pointers(experts), n, k);
 }
 
-PreparedExpertWeights prepare_gated_gemm_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up) {
-  return prepare_gated_gemm_weights(pointers(gate), pointers(up));
+PreparedExpertWeights prepare_gated_gemm_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up,
+                                                   int64_t rows, int64_t k) {
+  return prepare_gated_gemm_weights(pointers(gate), pointers(up), rows, k);
 }
 
-PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix* const> experts) {
+Fp4Matrix pad_fp4_matrix(const Fp4Matrix& m, int64_t rows, int64_t cols) {
+  FP4MOE_CHECK(rows >= m.rows && cols >= m.cols && cols % m.block_size() == 0,
+               "pad_fp4_matrix: [" << m.rows << ", " << m.cols << "] cannot be padded to [" << rows << ", " << cols
+                                   << "] (" << to_string(m.format) << " blocks of " << m.block_size() << ")");
+  if (rows == m.rows && cols == m.cols) return m;
+  Fp4Matrix p;
+  p.format = m.format;
+  p.rows = rows;
+  p.cols = cols;
+  p.weight_scale_2 = m.weight_scale_2;
+  p.packed.assign(size_t(rows * (cols / 2)), 0);
+  p.scales.assign(size_t(rows * p.scale_cols()), 0);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    std::memcpy(p.packed.data() + r * (cols / 2), m.packed.data() + r * (m.cols / 2), size_t(m.cols / 2));
+    std::memcpy(p.scales.data() + r * p.scale_cols(), m.scales.data() + r * m.scale_cols(), size_t(m.scale_cols()));
+  }
+  return p;
+}
+
+PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix* const> experts, int64_t n, int64_t k) {
   FP4MOE_CHECK(!experts.empty(), "prepare_gemm_weights: no experts given");
   const Fp4Matrix& first = *experts[0];
   PreparedExpertWeights p;
   p.format = first.format;
   p.experts = static_cast<int64_t>(experts.size());
-  p.n = first.rows;
-  p.k = first.cols;
+  p.n = n ? n : first.rows;
+  p.k = k ? k : first.cols;
   FP4MOE_CHECK(p.n > 0 && p.n % 16 == 0, "prepare_gemm_weights: N = " << p.n << " is not a positive multiple of 16");
-  FP4MOE_CHECK(p.k > 0 && p.k % 128 == 0, "prepare_gemm_weights: K = " << p.k << " is not a positive multiple of 128");
+  FP4MOE_CHECK(p.k > 0 && p.k % kPreparedKGranule == 0,
+               "prepare_gemm_weights: K = " << p.k << " is not a positive multiple of " << kPreparedKGranule
+                                            << " (pad it: padded_features)");
+  FP4MOE_CHECK(p.n >= first.rows && p.k >= first.cols, "prepare_gemm_weights: the prepared shape [" << p.n << ", " << p.k
+                                                           << "] is smaller than the experts' [" << first.rows << ", "
+                                                           << first.cols << "]");
   p.weights.assign(static_cast<size_t>(p.experts * p.weight_bytes_per_expert()), 0);
   p.scales.assign(static_cast<size_t>(p.experts * p.scale_bytes_per_expert()), 0);
   p.dequant_scale.resize(static_cast<size_t>(p.experts));
@@ -88,15 +113,20 @@ PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix* const> exp
     const Fp4Matrix& m = *experts[static_cast<size_t>(e)];
     FP4MOE_CHECK(m.format == p.format, "prepare_gemm_weights: expert " << e << " is " << to_string(m.format)
                                                                         << ", expert 0 is " << to_string(p.format));
-    FP4MOE_CHECK(m.rows == p.n && m.cols == p.k, "prepare_gemm_weights: expert " << e << " is [" << m.rows << ", "
-                                                   << m.cols << "], expert 0 is [" << p.n << ", " << p.k << "]");
+    FP4MOE_CHECK(m.rows == first.rows && m.cols == first.cols, "prepare_gemm_weights: expert " << e << " is [" << m.rows
+                                                   << ", " << m.cols << "], expert 0 is [" << first.rows << ", "
+                                                   << first.cols << "]");
     FP4MOE_CHECK(m.packed.size() == size_t(m.rows * m.cols / 2) && m.scales.size() == size_t(m.rows * m.scale_cols()),
                  "prepare_gemm_weights: expert " << e << " has " << m.packed.size() << " weight bytes and "
                                                    << m.scales.size() << " scale bytes for [" << m.rows << ", " << m.cols << "]");
   }
   const std::array<int16_t, 256> prepared = prepared_scale_table(p.format);
   detail::parallel_for(p.experts, [&](int64_t e) {
-    const Fp4Matrix& m = *experts[static_cast<size_t>(e)];
+    // (an expert narrower than the prepared shape is padded one at a time: a model's worth of copies is not held)
+    Fp4Matrix padded;
+    const Fp4Matrix* given = experts[static_cast<size_t>(e)];
+    if (given->rows != p.n || given->cols != p.k) given = &(padded = pad_fp4_matrix(*given, p.n, p.k));
+    const Fp4Matrix& m = *given;
     uint8_t* w = p.weights.data() + e * p.weight_bytes_per_expert();
     uint8_t* s = p.scales.data() + e * p.scale_bytes_per_expert();
     // One 32-bit word per (16-row group, k16 step, lane): the lane's 8 codes, the
@@ -166,15 +196,23 @@ Fp4Matrix stack_rows(std::span<const Fp4Matrix* const> parts, int64_t interleave
 }
 
 PreparedExpertWeights prepare_gated_gemm_weights(std::span<const Fp4Matrix* const> gate,
-                                                   std::span<const Fp4Matrix* const> up) {
+                                                   std::span<const Fp4Matrix* const> up, int64_t rows, int64_t k) {
   FP4MOE_CHECK(gate.size() == up.size() && !gate.empty(),
                "prepare_gated_gemm_weights: " << gate.size() << " gate and " << up.size() << " up matrices");
   for (size_t e = 0; e < gate.size(); ++e)
-    FP4MOE_CHECK(gate[e]->rows % 16 == 0, "prepare_gated_gemm_weights: expert " << e << " has I = " << gate[e]->rows
-                                                                                   << " rows, not a multiple of 16");
+    FP4MOE_CHECK((rows ? rows : gate[e]->rows) % 16 == 0, "prepare_gated_gemm_weights: expert " << e << " has I = "
+                                                             << (rows ? rows : gate[e]->rows) << " rows, not a multiple of 16");
   std::vector<Fp4Matrix> stacked(gate.size());
   detail::parallel_for(static_cast<int64_t>(gate.size()), [&](int64_t e) {
-    const Fp4Matrix* parts[] = {gate[size_t(e)], up[size_t(e)]};
+    const Fp4Matrix* g = gate[size_t(e)];
+    const Fp4Matrix* u = up[size_t(e)];
+    Fp4Matrix gp, upad;
+    if ((rows && rows != g->rows) || (k && k != g->cols)) {
+      gp = pad_fp4_matrix(*g, rows ? rows : g->rows, k ? k : g->cols);
+      upad = pad_fp4_matrix(*u, rows ? rows : u->rows, k ? k : u->cols);
+      g = &gp, u = &upad;
+    }
+    const Fp4Matrix* parts[] = {g, u};
     stacked[size_t(e)] = stack_rows(parts, pack::kGateUpInterleaveRows);
   });
   PreparedExpertWeights p = prepare_gemm_weights(std::span<const Fp4Matrix>(stacked));
@@ -185,6 +223,35 @@ PreparedExpertWeights prepare_gated_gemm_weights(std::span<const Fp4Matrix* cons
     p.dequant_scale[2 * e + 1] = pack::kAccumulatorFactor * up[e]->weight_scale_2;
   }
   return p;
+}
+
+std::vector<float> prepared_bias(std::span<const std::vector<float>* const> bias, int64_t n) {
+  std::vector<float> out(bias.size() * size_t(n), 0.f);
+  for (size_t e = 0; e < bias.size(); ++e) {
+    FP4MOE_CHECK(int64_t(bias[e]->size()) <= n, "prepared_bias: expert " << e << " has " << bias[e]->size()
+                                                                         << " biases for N = " << n << " rows");
+    std::copy(bias[e]->begin(), bias[e]->end(), out.begin() + int64_t(e) * n);
+  }
+  return out;
+}
+
+std::vector<float> prepared_gated_bias(std::span<const std::vector<float>* const> gate_bias,
+                                       std::span<const std::vector<float>* const> up_bias, int64_t n) {
+  FP4MOE_CHECK(gate_bias.size() == up_bias.size() && n % (2 * pack::kGateUpInterleaveRows) == 0,
+               "prepared_gated_bias: " << gate_bias.size() << " gate and " << up_bias.size() << " up biases for N = " << n);
+  constexpr int64_t kG = pack::kGateUpInterleaveRows;
+  std::vector<float> out(gate_bias.size() * size_t(n), 0.f);
+  for (size_t e = 0; e < gate_bias.size(); ++e) {
+    FP4MOE_CHECK(int64_t(gate_bias[e]->size()) <= n / 2 && gate_bias[e]->size() == up_bias[e]->size(),
+                 "prepared_gated_bias: expert " << e << " has " << gate_bias[e]->size() << " gate and "
+                                                << up_bias[e]->size() << " up biases for N = " << n << " rows");
+    for (int64_t r = 0; r < n; ++r) {
+      const std::vector<float>& b = (r / kG) % 2 ? *up_bias[e] : *gate_bias[e];
+      const int64_t src = (r / (2 * kG)) * kG + r % kG;
+      if (src < int64_t(b.size())) out[e * size_t(n) + size_t(r)] = b[size_t(src)];
+    }
+  }
+  return out;
 }
 
 uint8_t prepared_code(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col) {

@@ -24,18 +24,41 @@ struct PreparedExpertWeights {
   int64_t scale_bytes_per_expert() const { return n * k / 16; }
 };
 
-// All experts must share format and shape; N a multiple of 16, K of 128.
+// The prepared layout's K granule (a 16-byte scale load covers k128): a K
+// that is not a multiple is padded to one with zero weights, exactly.
+inline constexpr int64_t kPreparedKGranule = 128;
+// A feature count padded so that it is a GEMM's K and N alike: a multiple of
+// the K granule (2880, gpt-oss's H and I, becomes 2944).
+constexpr int64_t padded_features(int64_t d) { return (d + kPreparedKGranule - 1) / kPreparedKGranule * kPreparedKGranule; }
+
+// All experts must share format and shape. The prepared shape is [n, k]
+// (0: the experts' own N and K), at least theirs: rows and columns past
+// theirs are zero weights. N must be a multiple of 16, K of 128.
 // Throws fp4moe::Error naming the expert and the bad value.
-PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix> experts);
-PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix* const> experts);
+PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix> experts, int64_t n = 0, int64_t k = 0);
+PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix* const> experts, int64_t n = 0, int64_t k = 0);
+
+// `m` with zero rows and columns appended up to [rows, cols] (zero codes,
+// scale bytes 0): the same values, padded.
+Fp4Matrix pad_fp4_matrix(const Fp4Matrix& m, int64_t rows, int64_t cols);
 
 // GEMM1 of an MoE layer: each expert's gate and up [I, H] interleaved in blocks
 // of 16 rows (gate rows 0-15, up rows 0-15, gate rows 16-31, ...) so one tile
 // holds matching gate and up rows for the SwiGLU epilogue; each keeps its own
-// global scale (scale_parts = 2), exactly.
-PreparedExpertWeights prepare_gated_gemm_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up);
+// global scale (scale_parts = 2), exactly. `rows` and `k` pad each half to
+// [rows, k] first (0: as given).
+PreparedExpertWeights prepare_gated_gemm_weights(std::span<const Fp4Matrix> gate, std::span<const Fp4Matrix> up,
+                                                   int64_t rows = 0, int64_t k = 0);
 PreparedExpertWeights prepare_gated_gemm_weights(std::span<const Fp4Matrix* const> gate,
-                                                   std::span<const Fp4Matrix* const> up);
+                                                   std::span<const Fp4Matrix* const> up, int64_t rows = 0, int64_t k = 0);
+
+// Per-feature biases in the prepared row order, [experts][N]: gated, row r of
+// the interleaved gate/up weights takes gate_bias or up_bias of source row
+// (r / 32) * 16 + r % 16 (rows past the biases' length are 0); plain, row r
+// takes bias[r] (0 past it). One vector per expert.
+std::vector<float> prepared_bias(std::span<const std::vector<float>* const> bias, int64_t n);
+std::vector<float> prepared_gated_bias(std::span<const std::vector<float>* const> gate_bias,
+                                       std::span<const std::vector<float>* const> up_bias, int64_t n);
 
 // Stack several matrices of one expert along N. Row blocks of `interleave` rows
 // alternate between the parts (0 = plain concatenation). Codes and block scales

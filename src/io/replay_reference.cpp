@@ -10,7 +10,7 @@ std::vector<float> replay_router_logits(const MoeConfig& cfg, const MoeWeights& 
   if (!in.router_logits.empty()) return in.router_logits;
   FP4MOE_CHECK(!w.router_weight.empty(), in.path << ": no tensor 'router_logits', and the layer has no router weight "
                                                     "(mlp.gate.weight) to compute them from");
-  return router_logits_reference(hidden.data(), in.tokens, cfg.hidden, w.router_weight);
+  return router_logits_reference(hidden.data(), in.tokens, cfg.hidden, w.router_weight, w.router_bias);
 }
 
 ReferenceReplay replay_reference(const MoeConfig& cfg, const MoeWeights& w, const ReplayInputs& in) {

@@ -28,16 +28,17 @@ __global__ void finalize_kernel(const FinalizeArgs a) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= a.tokens * groups) return;
   const int64_t t = idx / groups, h = (idx % groups) * 8;
+  const int64_t stride = a.expert_stride;  // (the launcher sets it: hidden or more)
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   if (a.expert_out) {
     for (int j = 0; j < a.top_k; ++j) {
       const int64_t q = t * a.top_k + j;
       if (a.pair_pos[q] < 0) continue;  // a pair of another rank's expert, or a bad id
-      const uint4 v = *reinterpret_cast<const uint4*>(a.expert_out + int64_t(a.pair_pos[q]) * a.hidden + h);
+      const uint4 v = *reinterpret_cast<const uint4*>(a.expert_out + int64_t(a.pair_pos[q]) * stride + h);
       add_bf16x8(acc, v, a.topk_weights[q]);
     }
   } else {
-    const float4* s = reinterpret_cast<const float4*>(a.accumulated + t * a.hidden + h);
+    const float4* s = reinterpret_cast<const float4*>(a.accumulated + t * stride + h);
     const float4 lo = s[0], hi = s[1];
     acc[0] = lo.x, acc[1] = lo.y, acc[2] = lo.z, acc[3] = lo.w, acc[4] = hi.x, acc[5] = hi.y, acc[6] = hi.z, acc[7] = hi.w;
   }
@@ -63,9 +64,14 @@ void launch_finalize(const FinalizeArgs& a, cudaStream_t stream) {
                "finalize: exactly one of expert_out (split) and accumulated (fused) must be given");
   FP4MOE_CHECK((a.out != nullptr) != (a.out_f32 != nullptr), "finalize: exactly one of out and out_f32 must be given");
   FP4MOE_CHECK(a.accumulated || (a.pair_pos && a.topk_weights), "finalize: a device pointer is null");
+  FP4MOE_CHECK(a.expert_stride == 0 || (a.expert_stride >= a.hidden && a.expert_stride % 8 == 0),
+               "finalize: expert_stride = " << a.expert_stride << " is neither 0 nor a multiple of 8 of at least hidden = "
+                                            << a.hidden);
   if (a.tokens == 0) return;
+  FinalizeArgs b = a;
+  if (!b.expert_stride) b.expert_stride = b.hidden;
   const int64_t n = a.tokens * (a.hidden / 8);
-  launch_dependent(finalize_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, a);
+  launch_dependent(finalize_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, b);
   FP4MOE_CHECK_LAUNCH("finalize_kernel");
 }
 

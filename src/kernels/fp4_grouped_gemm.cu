@@ -41,7 +41,7 @@ using plan::GemmSmemLayout;
 
 using namespace detail;
 
-template <int TileIndex>
+template <int TileIndex, EpilogueInstance Epi>
 __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::kGemmTiles[TileIndex].ctas_per_sm)
     fp4_grouped_gemm_kernel(const KernelParams p, const __grid_constant__ TensorMaps /*unused: cp.async loads*/) {
   constexpr plan::GemmTile T = plan::kGemmTiles[TileIndex];
@@ -111,29 +111,36 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
     Mainloop::clear(acc);
     __syncthreads();
     if (p.probe != GemmProbe::no_output)
-      write_staged_tile<T.bm, kThreads>(p, w, epi, static_cast<int>(L.epilogue_row_stride() / 4), int64_t(w.ntile) * T.bm, tid);
+      write_staged_tile<T.bm, kThreads, Epi>(p, w, epi, static_cast<int>(L.epilogue_row_stride() / 4), int64_t(w.ntile) * T.bm, tid);
     // The staging tile is rewritten KT barriers later; nothing else waits here.
   }
   ptx::cp_async_wait<0>();
 }
 
 // Warp-specialized tiles come from fp4_grouped_gemm_ws_sm90.cu (ws_kernel).
-template <int I>
-struct AllWarpsKernel {
-  static constexpr KernelFn pick() {
-    if constexpr (plan::kGemmTiles[I].warp_specialized) return nullptr;
-    else return &fp4_grouped_gemm_kernel<I>;
-  }
-  static constexpr KernelFn fn = pick();
+template <EpilogueInstance Epi>
+struct AllWarpsKernels {
+  template <int I>
+  struct Pick {
+    static constexpr KernelFn pick() {
+      constexpr plan::GemmTile T = plan::kGemmTiles[I];
+      if constexpr (T.warp_specialized || (Epi == EpilogueInstance::biased && !T.biased_instance)) return nullptr;
+      else return &fp4_grouped_gemm_kernel<I, Epi>;
+    }
+    static constexpr KernelFn fn = pick();
+  };
 };
-constexpr auto kKernels = tile_kernel_table<AllWarpsKernel>();
+constexpr auto kKernels = tile_kernel_table<AllWarpsKernels<EpilogueInstance::plain>::Pick>();
+constexpr auto kBiasedKernels = tile_kernel_table<AllWarpsKernels<EpilogueInstance::biased>::Pick>();
 
 }  // namespace
 
-KernelFn all_warps_kernel(int tile) {
+KernelFn all_warps_kernel(int tile, EpilogueInstance e) {
   FP4MOE_CHECK(tile >= 0 && tile < plan::kNumGemmTiles && kKernels[static_cast<size_t>(tile)],
                "tile " << tile << " is not an all-warps tile");
-  return kKernels[static_cast<size_t>(tile)];
+  const KernelFn fn = (e == EpilogueInstance::biased ? kBiasedKernels : kKernels)[static_cast<size_t>(tile)];
+  FP4MOE_CHECK(fn, "tile " << plan::kGemmTiles[tile].name << " has no biased epilogue instance");
+  return fn;
 }
 
 }  // namespace fp4moe::kernels

@@ -22,6 +22,12 @@ enum class GemmEpilogue {
   scatter_add,  // accumulate[t, n] += topk_weights[pair] * acc (fp32 atomics), pair = permuted_pair[p], t = pair / top_k
 };
 
+// The SwiGLU epilogue's activation of gate g and up u (after their biases).
+enum class GemmActivation {
+  silu,            // silu(g) * u
+  clamped_swiglu,  // gpt-oss: g' = min(g, limit), u' = clamp(u, -limit, limit), g' sigmoid(alpha g') (u' + 1)
+};
+
 struct GroupedGemmArgs {
   // Prepared weights (src/format/prepare_gemm.hpp), on the device.
   const uint8_t* weights = nullptr;
@@ -51,6 +57,13 @@ struct GroupedGemmArgs {
   bool offsets_ready_at_launch = false;
   __nv_bfloat16* y = nullptr;            // [P, N] (store) or [P, N/2] (swiglu)
   GemmEpilogue epilogue = GemmEpilogue::store;
+  // Per-feature biases [E][N] fp32 in the prepared row order (gate/up rows
+  // interleaved as the weights are), added to the accumulator before the
+  // epilogue's store, SwiGLU or weighted sum; or null. With a bias, or the
+  // clamped activation, the launch runs the tile's biased kernel instance.
+  const float* bias = nullptr;
+  GemmActivation activation = GemmActivation::silu;  // swiglu epilogue
+  float swiglu_limit = 7.0f, swiglu_alpha = 1.702f;  // clamped_swiglu
   float* accumulate = nullptr;           // scatter_add: [T, N] fp32, 16-byte aligned
   const int32_t* permuted_pair = nullptr;
   const float* topk_weights = nullptr;
@@ -90,7 +103,9 @@ void launch_fp4_grouped_gemm(const GroupedGemmArgs& args, const GemmLaunch& laun
 bool loads_rows_in_expert_order(int tile);
 // That copy: rows[p] = x[gather[p]] for the P permuted rows, queued on `stream`;
 // returns the arguments with x = rows [P, K] (16-byte aligned, not aliasing x) and no gather.
-GroupedGemmArgs copy_rows_in_expert_order(const GroupedGemmArgs& args, __nv_bfloat16* rows, cudaStream_t stream);
+// x_cols: x's row width when narrower than K (0: K); the rest of each row is zeros.
+GroupedGemmArgs copy_rows_in_expert_order(const GroupedGemmArgs& args, __nv_bfloat16* rows, cudaStream_t stream,
+                                          int64_t x_cols = 0);
 
 // The split-K plan the launch will run with (plan/split_k.hpp), and why.
 plan::SplitKPlan gemm_launch_k_splits(const GroupedGemmArgs& args, const GemmLaunch& launch);

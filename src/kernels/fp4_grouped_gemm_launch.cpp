@@ -2,6 +2,7 @@
 // the grid (resident CTAs, measured once per tile and size), the split-K and
 // tensor-map parameters, then the kernel of the tile.
 #include <array>
+#include <cmath>
 
 #include "format/gemm_pack.hpp"
 #include "format/prepare_gemm.hpp"
@@ -19,15 +20,17 @@
 namespace fp4moe::kernels {
 namespace {
 
+using detail::EpilogueInstance;
 using detail::KernelFn;
 using detail::KernelParams;
 using detail::TensorMaps;
 using plan::GemmSmemLayout;
 
 struct DeviceState : DeviceLimits {
-  // Per tile: the dynamic shared memory the kernel attribute allows, and the
-  // CTAs resident on the whole device at that size, measured once (launches stay cheap on the host).
-  std::array<int64_t, plan::kNumGemmTiles> attr_bytes{};
+  // Per tile: the dynamic shared memory the kernel attribute allows (per
+  // epilogue instance), and the CTAs resident on the whole device at that size,
+  // measured once (launches stay cheap on the host).
+  std::array<std::array<int64_t, plan::kNumGemmTiles>, 2> attr_bytes{};
   std::array<int64_t, plan::kNumGemmTiles> occupancy_bytes{};
   std::array<int, plan::kNumGemmTiles> occupancy{};
 };
@@ -45,13 +48,24 @@ DeviceState& current_device() {
 
 // CTAs of tile `tile` with `smem` bytes resident on the whole device (kernel
 // attribute raised and occupancy measured once per tile and size).
+KernelFn tile_kernel(int tile, EpilogueInstance e) {
+  return plan::kGemmTiles[tile].warp_specialized ? ws_kernel(tile, e) : all_warps_kernel(tile, e);
+}
+
+// Raises instance e of tile `tile` to `smem` bytes of dynamic shared memory, once.
+void allow_smem(DeviceState& ds, int tile, EpilogueInstance e, int64_t smem) {
+  int64_t& allowed = ds.attr_bytes[static_cast<size_t>(e)][static_cast<size_t>(tile)];
+  if (allowed >= smem) return;
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(tile_kernel(tile, e)),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  allowed = smem;
+}
+
+// (both instances of a tile take the same shared memory; the plain one's occupancy stands for both)
 int resident_ctas(DeviceState& ds, int tile, int64_t smem) {
-  const KernelFn fn = plan::kGemmTiles[tile].warp_specialized ? ws_kernel(tile) : all_warps_kernel(tile);
+  const KernelFn fn = tile_kernel(tile, EpilogueInstance::plain);
   const size_t ti = static_cast<size_t>(tile);
-  if (ds.attr_bytes[ti] < smem) {
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    ds.attr_bytes[ti] = smem;
-  }
+  allow_smem(ds, tile, EpilogueInstance::plain, smem);
   const int cluster = plan::kGemmTiles[tile].cluster_n;
   if (ds.occupancy_bytes[ti] != smem) {
     if (cluster > 1) {
@@ -80,10 +94,14 @@ int resident_ctas(DeviceState& ds, int tile, int64_t smem) {
 }
 
 // The planner's verdict on a launch; a launch it rejects is an error carrying its explanation.
-plan::GemmTileFit checked_fit(const GemmLaunch& launch, int64_t n, int64_t k, const plan::SmemBudget& budget) {
-  const plan::GemmTileFit fit = plan::fit_gemm_tile(launch.tile, n, k, budget, launch.stages);
+// A launch with biases or the clamped SwiGLU runs the biased epilogue instance.
+bool is_biased(const GroupedGemmArgs& a) { return a.bias || a.activation != GemmActivation::silu; }
+
+// The planner's verdict on a launch; a launch it rejects is an error carrying its explanation.
+plan::GemmTileFit checked_fit(const GemmLaunch& launch, const GroupedGemmArgs& a, const plan::SmemBudget& budget) {
+  const plan::GemmTileFit fit = plan::fit_gemm_tile(launch.tile, a.n, a.k, budget, launch.stages, is_biased(a));
   FP4MOE_CHECK(fit.fits, "grouped GEMM: the planner rejects this launch: "
-                             << plan::plan_gemm_tile(launch.tile, n, k, budget, launch.stages).explanation);
+                             << plan::plan_gemm_tile(launch.tile, a.n, a.k, budget, launch.stages, is_biased(a)).explanation);
   return fit;
 }
 
@@ -131,7 +149,7 @@ void set_k_splits(KernelParams& kp, const GroupedGemmArgs& a, const GemmLaunch& 
 
 plan::SplitKPlan gemm_launch_k_splits(const GroupedGemmArgs& a, const GemmLaunch& launch) {
   DeviceState& dev = current_device();
-  const plan::GemmTileFit fit = checked_fit(launch, a.n, a.k, dev.budget);
+  const plan::GemmTileFit fit = checked_fit(launch, a, dev.budget);
   return k_split_plan(a, launch, launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, fit.smem_bytes));
 }
 
@@ -166,10 +184,20 @@ void launch_fp4_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& launch,
   if (a.epilogue == GemmEpilogue::swiglu)
     FP4MOE_CHECK(a.n % 32 == 0, "grouped GEMM: SwiGLU needs N = " << a.n << " to be a multiple of 32 (16 gate + 16 up rows)");
   // The planner decides whether this launch may run; nothing it rejects is launched.
-  const plan::GemmTileFit pl = checked_fit(launch, a.n, a.k, dev.budget);
+  const plan::GemmTileFit pl = checked_fit(launch, a, dev.budget);
   const plan::GemmTile& tile = plan::kGemmTiles[launch.tile];
-  const KernelFn fn = tile.warp_specialized ? ws_kernel(launch.tile) : all_warps_kernel(launch.tile);
+  FP4MOE_CHECK(a.activation == GemmActivation::silu || a.activation == GemmActivation::clamped_swiglu,
+               "grouped GEMM: activation = " << static_cast<int>(a.activation) << " is not silu or clamped_swiglu");
+  FP4MOE_CHECK(a.activation == GemmActivation::silu || (a.epilogue == GemmEpilogue::swiglu && a.swiglu_limit > 0 &&
+                                                         std::isfinite(a.swiglu_limit) && std::isfinite(a.swiglu_alpha)),
+               "grouped GEMM: the clamped SwiGLU needs the swiglu epilogue and a positive finite limit (limit = "
+                   << a.swiglu_limit << ", alpha = " << a.swiglu_alpha << ")");
+  const EpilogueInstance instance = is_biased(a) ? EpilogueInstance::biased : EpilogueInstance::plain;
+  FP4MOE_CHECK(instance == EpilogueInstance::plain || a.bias,
+               "grouped GEMM: the clamped SwiGLU runs in the biased epilogue, which needs bias [E, N] (zeros for none)");
+  const KernelFn fn = tile_kernel(launch.tile, instance);
   const int64_t smem = pl.smem_bytes;
+  allow_smem(dev, launch.tile, instance, smem);
   const int grid = launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, smem);
   FP4MOE_CHECK(grid % tile.cluster_n == 0, "grouped GEMM: grid = " << grid << " CTAs is not a whole number of tile "
                                                                  << plan::gemm_tile_name(launch.tile) << "'s clusters of "
@@ -178,7 +206,8 @@ void launch_fp4_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& launch,
                   a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
                   a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
                   pack::scale_add2(prepared_scale_exponent_add(a.format)),
-                  launch.probe, a.permuted_rows, 0, 1, 0, nullptr, nullptr};
+                  launch.probe, a.permuted_rows, 0, 1, 0, nullptr, nullptr, a.bias,
+                  a.activation == GemmActivation::clamped_swiglu, a.swiglu_limit, a.swiglu_alpha};
   FP4MOE_CHECK(launch.k_splits >= 0 && launch.k_splits <= plan::kMaxKSplits,
                "grouped GEMM: k_splits = " << launch.k_splits << " is outside 0.." << plan::kMaxKSplits);
   FP4MOE_CHECK(tile.splits_k() || launch.k_splits <= 1,
@@ -212,14 +241,18 @@ bool loads_rows_in_expert_order(int tile) {
   return plan::kGemmTiles[tile].warp_specialized;
 }
 
-GroupedGemmArgs copy_rows_in_expert_order(const GroupedGemmArgs& a, __nv_bfloat16* rows, cudaStream_t stream) {
+GroupedGemmArgs copy_rows_in_expert_order(const GroupedGemmArgs& a, __nv_bfloat16* rows, cudaStream_t stream,
+                                          int64_t x_cols) {
   FP4MOE_CHECK(rows, "copy_rows_in_expert_order: rows [" << a.permuted_rows << ", " << a.k << "] is null");
   FP4MOE_CHECK(a.permuted_rows > 0, "copy_rows_in_expert_order: needs permuted_rows (P = expert_offsets[E]), got "
                                         << a.permuted_rows);
   GroupedGemmArgs b = a;
+  FP4MOE_CHECK(x_cols >= 0 && x_cols <= a.k, "copy_rows_in_expert_order: x_cols = " << x_cols << " is outside 0..K = " << a.k);
+  FP4MOE_CHECK(a.gather || x_cols == 0 || x_cols == a.k,
+               "copy_rows_in_expert_order: rows of " << x_cols << " columns for K = " << a.k << " need a gather");
   if (!a.gather) return b;
   // (one-row boxes and in-kernel cp.async gathers both measured slower than this copy; docs/kernels.md)
-  launch_gather_rows({a.x, a.gather, a.permuted_rows, a.k, rows}, stream);
+  launch_gather_rows({a.x, a.gather, a.permuted_rows, x_cols ? x_cols : a.k, rows, a.k}, stream);
   b.x = rows;
   b.gather = nullptr;
   return b;

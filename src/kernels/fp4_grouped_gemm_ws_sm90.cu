@@ -58,7 +58,7 @@ using plan::GemmSmemLayout;
 // A consumer warpgroup's items: the K loop, the split-K sum where the item is
 // split (the CTA whose part arrives last sums the parts and writes the tile),
 // the epilogue.
-template <int TileIndex>
+template <int TileIndex, EpilogueInstance Epi>
 __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSchedule<TileIndex>& sched,
                                              const StageRing<plan::kGemmTiles[TileIndex].cluster_n>& ring, uint8_t* smem,
                                              int tid) {
@@ -67,7 +67,7 @@ __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSche
   constexpr int kMB = T.warp_m_tiles;
   constexpr int kConsumerThreads = T.consumer_warpgroups() * 128;
   constexpr int kProducerThreads = plan::GemmTile::kProducerThreads;
-  constexpr int kAllConsumersBarrier = WsEpilogue<TileIndex>::kFirstBarrier + 4;
+  constexpr int kAllConsumersBarrier = WsEpilogue<TileIndex, Epi>::kFirstBarrier + 4;
   using Mainloop = WsMainloop<TileIndex>;
   const int warp = tid / 32, lane = tid % 32;
   const int cg = (warp - 4) / 4;  // consumer warpgroup: rows 64 MB cg .. 64 MB (cg + 1) - 1 of the tile
@@ -97,7 +97,7 @@ __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSche
                                                     kAllConsumersBarrier,
                                                     reinterpret_cast<volatile int32_t*>(smem + L.split_flag_offset(ring.stages)));
     if (write_tile && p.probe != GemmProbe::no_output) {
-      const WsEpilogue<TileIndex> epilogue{p, reinterpret_cast<float*>(smem + L.epilogue_offset(ring.stages)), cg, wg_warp,
+      const WsEpilogue<TileIndex, Epi> epilogue{p, reinterpret_cast<float*>(smem + L.epilogue_offset(ring.stages)), cg, wg_warp,
                                            lane, tid - kProducerThreads - cg * 128};
       epilogue.write(w, acc);
     }
@@ -110,7 +110,7 @@ __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSche
   }
 }
 
-template <int TileIndex>
+template <int TileIndex, EpilogueInstance Epi>
 __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::kGemmTiles[TileIndex].ctas_per_sm)
     fp4_grouped_gemm_ws_kernel(const KernelParams p, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
     producer.run(lane);
   } else {
     if constexpr (T.reallocates_registers()) async::setmaxnreg_inc<T.consumer_registers()>();
-    run_consumer<TileIndex>(p, sched, ring, smem, tid);
+    run_consumer<TileIndex, Epi>(p, sched, ring, smem, tid);
   }
   // A CTA leaves only when no peer can still copy into its shared memory or arrive on its barriers.
   if constexpr (kCluster > 1) async::cluster_sync();
@@ -165,22 +165,30 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
 #endif
 }
 
-template <int I>
-struct WarpSpecializedKernel {
-  static constexpr KernelFn pick() {
-    if constexpr (plan::kGemmTiles[I].warp_specialized) return &fp4_grouped_gemm_ws_kernel<I>;
-    else return nullptr;
-  }
-  static constexpr KernelFn fn = pick();
+template <EpilogueInstance Epi>
+struct WarpSpecializedKernels {
+  template <int I>
+  struct Pick {
+    static constexpr KernelFn pick() {
+      constexpr plan::GemmTile T = plan::kGemmTiles[I];
+      if constexpr (T.warp_specialized && (Epi == EpilogueInstance::plain || T.biased_instance))
+        return &fp4_grouped_gemm_ws_kernel<I, Epi>;
+      else return nullptr;
+    }
+    static constexpr KernelFn fn = pick();
+  };
 };
-constexpr auto kWsKernels = tile_kernel_table<WarpSpecializedKernel>();
+constexpr auto kWsKernels = tile_kernel_table<WarpSpecializedKernels<EpilogueInstance::plain>::Pick>();
+constexpr auto kWsBiasedKernels = tile_kernel_table<WarpSpecializedKernels<EpilogueInstance::biased>::Pick>();
 
 }  // namespace
 
-KernelFn ws_kernel(int tile) {
+KernelFn ws_kernel(int tile, EpilogueInstance e) {
   FP4MOE_CHECK(tile >= 0 && tile < plan::kNumGemmTiles && kWsKernels[static_cast<size_t>(tile)],
                "tile " << tile << " is not a warp-specialized tile");
-  return kWsKernels[static_cast<size_t>(tile)];
+  const KernelFn fn = (e == EpilogueInstance::biased ? kWsBiasedKernels : kWsKernels)[static_cast<size_t>(tile)];
+  FP4MOE_CHECK(fn, "tile " << plan::kGemmTiles[tile].name << " has no biased epilogue instance");
+  return fn;
 }
 
 }  // namespace fp4moe::kernels

@@ -46,13 +46,36 @@ __device__ __forceinline__ void store_16_bytes(__nv_bfloat16* dst, const uint32_
                : "memory");
 }
 
-// Writes a staged fp32 tile of `Rows` weight rows (output features col0..) for
-// the item's tokens, with `Threads` threads numbered by `tid`: whole 16-byte
-// rows to y (store), silu(gate) * up (SwiGLU, gate and up interleaved every 16
-// rows, pack::kGateUpInterleaveRows), or topk-weighted fp32 atomics into the token's output (scatter_add).
-template <int Rows, int Threads>
+// The SwiGLU of gate g and up u: silu(g) * u, or (biased instances, when the
+// launch asks for it) gpt-oss's clamped form g' sigmoid(alpha g') (u' + 1).
+template <EpilogueInstance Epi>
+__device__ __forceinline__ float swiglu(const KernelParams& p, float g, float u) {
+  if (Epi == EpilogueInstance::biased && p.clamped_swiglu) {
+    g = fminf(g, p.swiglu_limit);
+    u = fminf(fmaxf(u, -p.swiglu_limit), p.swiglu_limit);
+    return g / (1.f + __expf(-p.swiglu_alpha * g)) * (u + 1.f);
+  }
+  return g / (1.f + __expf(-g)) * u;
+}
+
+// The staged value of column c (0..Rows-1) of the tile's row r, plus its
+// feature's bias on the biased instances (`bias` points at column 0's).
+template <EpilogueInstance Epi>
+__device__ __forceinline__ float biased(const float* er, const float* bias, int c) {
+  if constexpr (Epi == EpilogueInstance::biased) return er[c] + __ldg(bias + c);
+  else return er[c];
+}
+
+// Writes a staged fp32 tile of `Rows` weight rows (output features col0..)
+// for the item's tokens, with `Threads` threads numbered by `tid`: whole
+// 16-byte rows to y (store), the SwiGLU of gate and up (interleaved every 16
+// rows, pack::kGateUpInterleaveRows), or topk-weighted fp32 atomics into the
+// token's output (scatter_add); each value plus its feature's bias on the
+// biased instances (docs/kernels.md states the arithmetic).
+template <int Rows, int Threads, EpilogueInstance Epi = EpilogueInstance::plain>
 __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const WorkItem& w, const float* epi, int stride,
                                                   int64_t col0, int tid) {
+  const float* bias = Epi == EpilogueInstance::biased ? p.bias + int64_t(w.expert) * p.n + col0 : nullptr;
   if (p.epilogue == int(GemmEpilogue::swiglu)) {
     constexpr int kPieces = Rows / 2 / 8;  // 8 output columns per piece
     constexpr int kG = pack::kGateUpInterleaveRows;
@@ -65,8 +88,9 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
       uint32_t o[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const float g0 = er[g + 2 * q], g1 = er[g + 2 * q + 1];
-        o[q] = bf16x2_bits(g0 / (1.f + __expf(-g0)) * er[g + kG + 2 * q], g1 / (1.f + __expf(-g1)) * er[g + kG + 2 * q + 1]);
+        const int c = g + 2 * q;
+        o[q] = bf16x2_bits(swiglu<Epi>(p, biased<Epi>(er, bias, c), biased<Epi>(er, bias, c + kG)),
+                           swiglu<Epi>(p, biased<Epi>(er, bias, c + 1), biased<Epi>(er, bias, c + kG + 1)));
       }
       store_16_bytes(p.y + int64_t(w.row0 + r) * ld + col0 / 2 + j0, o);
     }
@@ -79,12 +103,14 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
       const float wt = p.topk_weights[pair];
       float* dst = p.accumulate + int64_t(pair / p.top_k) * p.n + col0 + c0;
       const float* e = epi + r * stride + c0;
+      const float* b = Epi == EpilogueInstance::biased ? bias + c0 : nullptr;
+      const float v[4] = {biased<Epi>(e, b, 0), biased<Epi>(e, b, 1), biased<Epi>(e, b, 2), biased<Epi>(e, b, 3)};
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       // one 16-byte vector reduction (sm_90+): a quarter of the atomic operations
-      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(wt * e[0], wt * e[1], wt * e[2], wt * e[3]));
+      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(wt * v[0], wt * v[1], wt * v[2], wt * v[3]));
 #else
 #pragma unroll
-      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * e[q]);
+      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * v[q]);
 #endif
     }
   } else {
@@ -93,9 +119,10 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
     for (int i = tid; i < w.rows * kPieces; i += Threads) {
       const int r = i / kPieces, c0 = (i % kPieces) * 8;
       const float* er = epi + r * stride + c0;
+      const float* b = Epi == EpilogueInstance::biased ? bias + c0 : nullptr;
       uint32_t o[4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) o[q] = bf16x2_bits(er[2 * q], er[2 * q + 1]);
+      for (int q = 0; q < 4; ++q) o[q] = bf16x2_bits(biased<Epi>(er, b, 2 * q), biased<Epi>(er, b, 2 * q + 1));
       store_16_bytes(p.y + int64_t(w.row0 + r) * p.n + col0 + c0, o);
     }
   }

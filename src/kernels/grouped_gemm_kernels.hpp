@@ -11,10 +11,11 @@
 
 namespace fp4moe::kernels {
 
-// The kernel of tile `tile`: warp-specialized (fp4_grouped_gemm_ws_sm90.cu) or
-// all warps loading (fp4_grouped_gemm.cu), as plan::kGemmTiles[tile] says.
-detail::KernelFn ws_kernel(int tile);
-detail::KernelFn all_warps_kernel(int tile);
+// The kernel of tile `tile` with epilogue instance `e`: warp-specialized
+// (fp4_grouped_gemm_ws_sm90.cu) or all warps loading (fp4_grouped_gemm.cu),
+// as plan::kGemmTiles[tile] says.
+detail::KernelFn ws_kernel(int tile, detail::EpilogueInstance e);
+detail::KernelFn all_warps_kernel(int tile, detail::EpilogueInstance e);
 
 // x [rows, k] bf16, boxes of 64 k x nt rows in the 128-byte-swizzled layout a
 // wgmma descriptor reads; rows past the end read as zeros.

@@ -37,6 +37,10 @@ struct KernelParams {
   int64_t split_slots;
   float* split_partials;
   int32_t* split_counters;
+  // The biased kernel instances only (GroupedGemmArgs::bias, ::activation).
+  const float* bias;
+  int clamped_swiglu;
+  float swiglu_limit, swiglu_alpha;
 };
 
 // The tensor maps a warp-specialized tile's producer copies through (TMA):
@@ -47,5 +51,10 @@ struct TensorMaps {
   CUtensorMap x, weights, scales;
 };
 using KernelFn = void (*)(KernelParams, TensorMaps);
+
+// Which kernel instance of a tile runs: the plain epilogue (no bias, silu), or
+// the biased one (bias and either activation). Two instances, so that the
+// models without biases keep their kernels' registers and instructions.
+enum class EpilogueInstance : int { plain = 0, biased = 1 };
 
 }  // namespace fp4moe::kernels::detail

@@ -57,7 +57,8 @@ struct GatherRowsArgs {
   const __nv_bfloat16* x = nullptr;  // [*, cols]
   const int32_t* rows = nullptr;     // [count]
   int64_t count = 0, cols = 0;
-  __nv_bfloat16* out = nullptr;      // [count, cols]: out[p] = x[rows[p]]
+  __nv_bfloat16* out = nullptr;      // [count, out_cols]: out[p] = x[rows[p]], then zeros
+  int64_t out_cols = 0;              // 0: cols; more: each row padded with zeros (a GEMM's K padded to its granule)
 };
 void launch_gather_rows(const GatherRowsArgs& a, cudaStream_t stream);
 
@@ -68,6 +69,7 @@ struct FinalizeArgs {
   const float* topk_weights = nullptr;
   const __nv_bfloat16* shared_out = nullptr;   // [T, H] shared expert output, or null
   int64_t tokens = 0, hidden = 0;
+  int64_t expert_stride = 0;                   // row stride of expert_out and accumulated (0: hidden; more: H padded)
   int top_k = 0;
   __nv_bfloat16* out = nullptr;                // [T, H]
   float* out_f32 = nullptr;                    // instead of out: the fp32 sums, unrounded (parallel layers)

@@ -11,7 +11,7 @@
 
 namespace fp4moe::kernels::detail {
 
-template <int TileIndex>
+template <int TileIndex, EpilogueInstance Epi>
 struct WsEpilogue {
   static constexpr plan::GemmTile T = plan::kGemmTiles[TileIndex];
   static constexpr plan::GemmSmemLayout L{T};
@@ -45,7 +45,7 @@ struct WsEpilogue {
           stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
         }
         async::named_barrier(kFirstBarrier + cg, 128);
-        write_staged_tile<64, 128>(p, part, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + group * 64, gtid);
+        write_staged_tile<64, 128, Epi>(p, part, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + group * 64, gtid);
       }
     }
   }

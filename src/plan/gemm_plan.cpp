@@ -26,7 +26,8 @@ bool wgmma_switched_off() {
 
 }  // namespace
 
-GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request) {
+GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request,
+                          bool biased) {
   FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumGemmTiles,
                "GEMM tile index " << tile_index << " is outside 0.." << kNumGemmTiles - 1);
   const GemmSmemLayout L = gemm_layout(tile_index);
@@ -38,6 +39,7 @@ GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   f.smem_bytes = L.total_bytes(f.stages);
   using Why = GemmTileFit::Why;
   if ((t.wgmma || t.warp_specialized) && budget.cc != 90) f.why = Why::needs_sm90;
+  else if (biased && !t.biased_instance) f.why = Why::no_biased_instance;
   else if (t.wgmma && wgmma_switched_off()) f.why = Why::wgmma_switched_off;
   else if (n % t.bm != 0 || k % t.bk != 0) f.why = Why::does_not_divide;
   else if ((n / t.bm) % t.cluster_n != 0) f.why = Why::odd_cluster_tiles;
@@ -51,8 +53,9 @@ GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   return f;
 }
 
-SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request) {
-  const GemmTileFit f = fit_gemm_tile(tile_index, n, k, budget, stages_request);
+SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request,
+                        bool biased) {
+  const GemmTileFit f = fit_gemm_tile(tile_index, n, k, budget, stages_request, biased);
   const std::string name = gemm_tile_name(tile_index);
   const GemmSmemLayout L = gemm_layout(tile_index);
   const GemmTile& t = L.tile;
@@ -60,6 +63,7 @@ SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& 
   SmemPlan p;
   p.kernel = "grouped";
   p.config = name;
+  p.biased_instance = t.biased_instance;
   p.capacity = capacity;
   p.per_stage = L.smem_bytes_per_stage();
   p.min_stages = GemmSmemLayout::kMinStages;
@@ -117,6 +121,10 @@ SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& 
           << " (built for sm_90a only); the target is sm_" << budget.cc;
       break;
     case Why::wgmma_switched_off: why << name << ": warpgroup-MMA tiles are switched off by FP4MOE_DISABLE_WGMMA"; break;
+    case Why::no_biased_instance:
+      why << name << " has no biased epilogue instance (expert biases, the clamped SwiGLU): with it the tile spills "
+                     "registers; a GEMM with biases runs on another tile";
+      break;
     case Why::does_not_divide:
       why << name << " does not divide the problem: N = " << n << " (tile " << t.bm << "), K = " << k << " (tile " << t.bk << ")";
       break;
@@ -171,14 +179,14 @@ SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& 
   return p;
 }
 
-SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request) {
-  SmemPlan p = plan_gemm_tile(tile_index, n, k, budget_of(arch), stages_request);
+SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request, bool biased) {
+  SmemPlan p = plan_gemm_tile(tile_index, n, k, budget_of(arch), stages_request, biased);
   p.arch = std::string(arch.name);
   return p;
 }
 
 int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert, int64_t active_experts,
-                      int sm_count) {
+                      int sm_count, bool biased) {
   // The kernels are bound by the issue rate of their dequantization, so
   // resident warps beat wide token tiles: up to ~6 tokens per expert an 8-token
   // tile, to ~12 a 16-token tile, beyond that 32-token tiles (experts with more
@@ -218,14 +226,14 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
                   "a preferred tile is not in kGemmTiles");
     for (const Preferred& want : kPreferred) {
       if (tokens_per_expert < want.from_tokens_per_expert || (want.only_for_few_items && !few_items)) continue;
-      if (fit_gemm_tile(want.tile, n, k, capacity).fits) return want.tile;
+      if (fit_gemm_tile(want.tile, n, k, capacity, 0, biased).fits) return want.tile;
     }
   }
   const int want_nt = tokens_per_expert <= 6 ? 8 : tokens_per_expert <= 12 ? 16 : 32;
   int best = -1;
   double best_score = -1e300;
   for (int i = 0; i < kNumGemmTiles; ++i) {
-    const GemmTileFit p = fit_gemm_tile(i, n, k, capacity);
+    const GemmTileFit p = fit_gemm_tile(i, n, k, capacity, 0, biased);
     if (!p.fits) continue;
     const GemmTile& t = kGemmTiles[i];
     if (t.wgmma) continue;  // below ~24 tokens per expert only the tuner picks warpgroup-MMA tiles

@@ -109,7 +109,7 @@ json to_json(const SmemPlan& p) {
           {"capacity", p.capacity}, {"stages", p.stages},       {"per_stage", p.per_stage},
           {"smem_bytes", p.smem_bytes}, {"fits", p.fits},       {"headroom", p.headroom},
           {"terms", terms},       {"explanation", p.explanation}, {"suggestions", p.suggestions},
-          {"threads", p.threads}, {"ctas_per_sm", p.ctas_per_sm}};
+          {"threads", p.threads}, {"ctas_per_sm", p.ctas_per_sm}, {"biased_instance", p.biased_instance}};
 }
 
 json to_json(const PlanQuery& q, const PlanAnswer& a) {

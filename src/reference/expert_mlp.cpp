@@ -83,11 +83,14 @@ void expert_gemm_reference(const Fp4Matrix& w, const float* x, int64_t rows, flo
 }
 
 std::vector<float> router_logits_reference(const float* hidden, int64_t tokens, int64_t hidden_size,
-                                           const std::vector<uint16_t>& router_weight) {
+                                           const std::vector<uint16_t>& router_weight,
+                                           const std::vector<float>& router_bias) {
   FP4MOE_CHECK(hidden_size > 0 && !router_weight.empty() && int64_t(router_weight.size()) % hidden_size == 0,
                "router_logits_reference: router weight of " << router_weight.size() << " values is not [E, H = "
                                                             << hidden_size << "]");
   const int64_t E = int64_t(router_weight.size()) / hidden_size;
+  FP4MOE_CHECK(router_bias.empty() || int64_t(router_bias.size()) == E,
+               "router_logits_reference: router bias of " << router_bias.size() << " values for E = " << E << " experts");
   std::vector<float> w(router_weight.size());
   for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_float(router_weight[i]);
   std::vector<float> out(static_cast<size_t>(tokens * E));
@@ -95,7 +98,8 @@ std::vector<float> router_logits_reference(const float* hidden, int64_t tokens, 
     std::vector<double> x(static_cast<size_t>(hidden_size));
     for (int64_t h = 0; h < hidden_size; ++h) x[size_t(h)] = hidden[t * hidden_size + h];
     for (int64_t e = 0; e < E; ++e)
-      out[size_t(t * E + e)] = static_cast<float>(detail::dot(x.data(), w.data() + e * hidden_size, hidden_size));
+      out[size_t(t * E + e)] = static_cast<float>(detail::dot(x.data(), w.data() + e * hidden_size, hidden_size)) +
+                               (router_bias.empty() ? 0.f : router_bias[size_t(e)]);
   });
   return out;
 }

@@ -32,7 +32,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
   int total = 0, done = 0;
   for (size_t j = 0; j < jobs.size(); ++j)
     for (const GemmStep& g : m.gemm_steps(1, nullptr))
-      for (int t = 0; t < plan::kNumGemmTiles; ++t) total += plan::plan_gemm_tile(t, g.w->n, g.w->k, m.budget).fits;
+      for (int t = 0; t < plan::kNumGemmTiles; ++t) total += plan::plan_gemm_tile(t, g.w->n, g.w->k, m.budget, 0, g.w->biased()).fits;
 
   cudaStream_t s;
   FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
@@ -52,7 +52,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
       const double tpe = g.tokens_per_expert;
       const int64_t act = g.active_experts;
 
-      const int def = plan::rank_gemm_tiles(g.w->n, g.w->k, m.budget, tpe, act, m.sm_count);
+      const int def = plan::rank_gemm_tiles(g.w->n, g.w->k, m.budget, tpe, act, m.sm_count, g.w->biased());
       TuneRow row;
       row.gemm = g.name;
       row.tokens = T;
@@ -68,7 +68,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
         } catch (const Error& e) {
           throw Error("tune: " + std::string(g.name) + " tile " + plan::gemm_tile_name(t) +
                       " failed although the planner accepted it (" +
-                      plan::plan_gemm_tile(t, g.w->n, g.w->k, m.budget).explanation + "): " + e.what() +
+                      plan::plan_gemm_tile(t, g.w->n, g.w->k, m.budget, 0, g.w->biased()).explanation + "): " + e.what() +
                       ". This is a bug; please report it.");
         }
       };
@@ -76,7 +76,7 @@ std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens
       // alternating rounds (plan/tune_rounds.hpp: the sweep's order favours the early tiles).
       std::vector<plan::TileTiming> sweep;
       for (int t = 0; t < plan::kNumGemmTiles; ++t) {
-        const plan::SmemPlan p = plan::plan_gemm_tile(t, g.w->n, g.w->k, m.budget);
+        const plan::SmemPlan p = plan::plan_gemm_tile(t, g.w->n, g.w->k, m.budget, 0, g.w->biased());
         if (!p.fits) continue;
         sweep.push_back({t, p.stages, time_tile(t, p.stages, 3, 15)});
         if (progress) progress(++done, total, std::string(g.name) + " T=" + std::to_string(T) + " " + p.config);

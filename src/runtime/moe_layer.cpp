@@ -22,14 +22,34 @@
 namespace fp4moe {
 namespace {
 
-ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts) {
+// The experts' GEMM1 and GEMM2 weights prepared at [2 I', H'] and [H', I']
+// (H' and I' padded: hidden and width), with their biases when the model has them.
+ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts, int64_t hidden, int64_t width,
+                           const MoeConfig& cfg) {
+  // the clamped SwiGLU runs in the biased epilogue instance: zero biases where the model has none
+  const bool biased = cfg.expert_bias, biased_gemm1 = biased || cfg.activation != Activation::swiglu;
   std::vector<const Fp4Matrix*> gate, up, down;
-  for (const ExpertWeights* e : experts) {
+  std::vector<const std::vector<float>*> gate_bias, up_bias, down_bias;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const ExpertWeights* e = experts[i];
     gate.push_back(&e->gate);
     up.push_back(&e->up);
     down.push_back(&e->down);
+    gate_bias.push_back(&e->gate_bias);
+    up_bias.push_back(&e->up_bias);
+    down_bias.push_back(&e->down_bias);
+    if (biased)
+      FP4MOE_CHECK(int64_t(e->gate_bias.size()) == e->gate.rows && int64_t(e->up_bias.size()) == e->up.rows &&
+                       int64_t(e->down_bias.size()) == e->down.rows,
+                   "MoeLayer: expert " << i << " has " << e->gate_bias.size() << " gate, " << e->up_bias.size() << " up and "
+                                       << e->down_bias.size() << " down biases; the model needs " << e->gate.rows << ", "
+                                       << e->up.rows << " and " << e->down.rows);
   }
-  return ExpertPair{PreparedProjection(prepare_gated_gemm_weights(gate, up)), PreparedProjection(prepare_gemm_weights(down))};
+  ExpertPair p{PreparedProjection(prepare_gated_gemm_weights(gate, up, width, hidden)),
+               PreparedProjection(prepare_gemm_weights(down, hidden, width))};
+  if (biased_gemm1) p.w13.bias.upload(prepared_gated_bias(gate_bias, up_bias, 2 * width));
+  if (biased) p.w2.bias.upload(prepared_bias(down_bias, hidden));
+  return p;
 }
 
 }  // namespace
@@ -40,12 +60,13 @@ void MoeLayer::Impl::init_device(const MoeConfig& c, const LayerOptions& o) {
   opts = o;
   FP4MOE_CHECK(o.max_tokens >= 1, "LayerOptions::max_tokens = " << o.max_tokens << " must be at least 1");
   FP4MOE_CHECK(c.hidden % 8 == 0, "MoeLayer: hidden = " << c.hidden << " is not a multiple of 8");
-  // The GPU kernels' epilogue computes silu(gate) * up without biases; gpt-oss
-  // (clamped SwiGLU, expert biases) runs on the CPU reference until they do.
-  FP4MOE_CHECK(c.activation == Activation::swiglu && !c.expert_bias,
-               "MoeLayer: model '" << c.name << "' needs "
-                                   << (c.activation != Activation::swiglu ? "the clamped SwiGLU" : "expert biases")
-                                   << ", which the GPU kernels do not compute yet (the CPU reference does)");
+  hidden_padded = padded_features(c.hidden);
+  intermediate_padded = padded_features(c.intermediate);
+  // (the shared expert reads the hidden states in place, at their own width)
+  FP4MOE_CHECK(!c.shared_expert || (hidden_padded == c.hidden && padded_features(c.shared_intermediate) == c.shared_intermediate),
+               "MoeLayer: a shared expert needs hidden = " << c.hidden << " and shared_intermediate = "
+                                                           << c.shared_intermediate << " to be multiples of "
+                                                           << kPreparedKGranule);
   if (o.device >= 0) FP4MOE_CUDA_CHECK(cudaSetDevice(o.device));
   int dev = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
@@ -90,12 +111,14 @@ void MoeLayer::Impl::init_workspace() {
   dense_offsets.resize(2);
   status.resize(1);
   status.fill_bytes(0);
-  a2.resize(size_t(P * cfg.intermediate));
-  if (finalize == FinalizeMode::split) y2.resize(size_t(P * H));
-  else accumulate.resize(size_t(T * H));
-  // Warp-specialized tiles (sm_90) load rows in expert order: GEMM1 reads a permuted copy of x.
+  const int64_t Hp = hidden_padded;
+  a2.resize(size_t(P * intermediate_padded));
+  if (finalize == FinalizeMode::split) y2.resize(size_t(P * Hp));
+  else accumulate.resize(size_t(T * Hp));
+  // Warp-specialized tiles (sm_90) load rows in expert order, and padded rows
+  // are copied with their pad: GEMM1 then reads a permuted copy of x.
+  if (budget.cc == 90 || Hp != H) x_permuted.resize(size_t(P * Hp));
   if (budget.cc == 90) {
-    x_permuted.resize(size_t(P * H));
     if (opts.split_k) {
       split_k.resize(size_t(plan::kSplitKWorkspaceBytes));
       split_k.fill_bytes(0);  // the arrival counters; every launch leaves them zero
@@ -133,14 +156,14 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
   }
   std::vector<const ExpertWeights*> routed;
   for (const ExpertWeights& e : w.experts) routed.push_back(&e);
-  m.routed = std::make_unique<ExpertPair>(prepare_experts(routed));
+  m.routed = std::make_unique<ExpertPair>(prepare_experts(routed, m.hidden_padded, m.intermediate_padded, cfg));
   if (cfg.shared_expert) {
     FP4MOE_CHECK(w.shared.gate.rows == cfg.shared_intermediate && w.shared.gate.cols == cfg.hidden &&
                      w.shared.down.rows == cfg.hidden && w.shared.down.cols == cfg.shared_intermediate,
                  "MoeLayer: the shared expert has gate [" << w.shared.gate.rows << ", " << w.shared.gate.cols << "], down ["
                                                           << w.shared.down.rows << ", " << w.shared.down.cols
                                                           << "]; the model needs width " << cfg.shared_intermediate);
-    m.shared = std::make_unique<ExpertPair>(prepare_experts({&w.shared}));
+    m.shared = std::make_unique<ExpertPair>(prepare_experts({&w.shared}, m.hidden_padded, cfg.shared_intermediate, MoeConfig{}));
   }
   if (cfg.use_correction_bias) {
     FP4MOE_CHECK(int64_t(w.correction_bias.size()) == cfg.num_experts,
@@ -152,6 +175,12 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
                  "MoeLayer: router_weight has " << w.router_weight.size() << " values, expected [E, H] = ["
                                                 << cfg.num_experts << ", " << cfg.hidden << "]");
     m.init_router(w.router_weight.data(), false);
+    if (!w.router_bias.empty()) {
+      FP4MOE_CHECK(int64_t(w.router_bias.size()) == cfg.num_experts,
+                   "MoeLayer: router_bias has " << w.router_bias.size() << " values, expected E = " << cfg.num_experts);
+      m.router_bias.upload(w.router_bias);
+      m.ones.upload(std::vector<float>(size_t(opts.max_tokens), 1.f));
+    }
   }
   m.init_workspace();
 }
@@ -160,6 +189,12 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const DeviceMoeWeights& w, const LayerO
   Impl& m = *impl_;
   m.init_device(cfg, opts);
   const int64_t E = cfg.num_experts, H = cfg.hidden, I = cfg.intermediate;
+  FP4MOE_CHECK(!cfg.expert_bias && m.hidden_padded == H && m.intermediate_padded == I,
+               "MoeLayer from device weights: model '" << cfg.name << "' has "
+                   << (cfg.expert_bias ? "expert biases, which DeviceMoeWeights does not hold"
+                                       : "H or I not a multiple of " + std::to_string(kPreparedKGranule) +
+                                             ", which the device prepare does not pad")
+                   << "; build it from host weights (MoeWeights)");
   const int64_t count = w.expert_count < 0 ? E : w.expert_count;
   FP4MOE_CHECK(w.expert_begin >= 0 && count >= 1 && w.expert_begin + count <= E,
                "MoeLayer: local experts [" << w.expert_begin << ", " << w.expert_begin + count
@@ -231,6 +266,12 @@ void MoeLayer::forward_from_hidden(cudaStream_t stream, const __nv_bfloat16* hid
   FP4MOE_CUBLAS_CHECK(cublasGemmEx(m.blas, CUBLAS_OP_T, CUBLAS_OP_N, E, static_cast<int>(tokens), H, &alpha,
                                    m.router_weight.get(), CUDA_R_16BF, H, hidden, CUDA_R_16BF, H, &beta, m.logits.get(),
                                    CUDA_R_32F, E, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (m.router_bias.size()) {  // logits^T += bias [E, 1] . ones [1, T], in exact fp32 (no TF32)
+    const float one = 1.f;
+    FP4MOE_CUBLAS_CHECK(cublasGemmEx(m.blas, CUBLAS_OP_N, CUBLAS_OP_N, E, static_cast<int>(tokens), 1, &one,
+                                     m.router_bias.get(), CUDA_R_32F, E, m.ones.get(), CUDA_R_32F, 1, &one, m.logits.get(),
+                                     CUDA_R_32F, E, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+  }
   run(stream, hidden, m.logits.get(), nullptr, tokens, out, nullptr, nullptr);
 }
 
@@ -287,7 +328,7 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   for (const GemmStep& g : m.gemm_steps(tokens, hidden)) {
     // the fused finalize's epilogue adds into fp32 sums that start at zero
     if (g.epilogue == kernels::GemmEpilogue::scatter_add && !kernels::launches_skipped())
-      FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.accumulate.get(), 0, size_t(tokens * c.hidden) * sizeof(float), stream));
+      FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.accumulate.get(), 0, size_t(tokens * m.hidden_padded) * sizeof(float), stream));
     m.launch_step(g, plan, stream, weights);
     if (g.stage) mark(g.stage);
   }
@@ -299,6 +340,7 @@ void MoeLayer::run(cudaStream_t stream, const __nv_bfloat16* hidden, const float
   f.shared_out = m.shared ? m.shared_y.get() : nullptr;
   f.tokens = tokens;
   f.hidden = c.hidden;
+  f.expert_stride = m.hidden_padded;
   f.top_k = static_cast<int>(c.top_k);
   f.out = sums ? nullptr : out;
   f.out_f32 = sums;
@@ -343,9 +385,15 @@ std::string MoeLayer::describe(int64_t tokens) const {
   const Impl& m = *impl_;
   std::ostringstream os;
   if (!m.cache_notice.empty()) os << m.cache_notice << "\n";
+  if (m.hidden_padded != m.cfg.hidden || m.intermediate_padded != m.cfg.intermediate)
+    os << "H " << m.cfg.hidden << " and I " << m.cfg.intermediate << " run as " << m.hidden_padded << " and "
+       << m.intermediate_padded << " (padded with zero weights to the K granule " << kPreparedKGranule << ")\n";
+  if (m.cfg.expert_bias || m.cfg.activation != Activation::swiglu)
+    os << "epilogues: the biased instance (expert biases"
+       << (m.cfg.activation == Activation::clamped_swiglu ? ", the clamped SwiGLU" : "") << ")\n";
   for (const GemmStep& g : m.gemm_steps(tokens, nullptr)) {
     const TileChoice c = m.choose_tile(*g.w, g.tokens_per_expert, g.active_experts, g.epilogue);
-    const plan::SmemPlan p = plan::plan_gemm_tile(c.tile, g.w->n, g.w->k, m.budget);
+    const plan::SmemPlan p = plan::plan_gemm_tile(c.tile, g.w->n, g.w->k, m.budget, 0, g.w->biased());
     os << g.title << ": N " << g.w->n << " K " << g.w->k << ", tile " << p.config << " ("
        << (c.tuned ? "tuned, from " + m.cache->path() : std::string("planner default")) << "), " << p.stages
        << " stages, " << p.smem_bytes << " bytes of shared memory";

@@ -23,6 +23,7 @@ namespace fp4moe {
 struct PreparedProjection {  // one prepared projection of all experts
   DeviceBuffer<uint8_t> weights, scales;
   DeviceBuffer<float> dequant_scale;
+  DeviceBuffer<float> bias;  // [E][N] in the prepared row order (prepared_bias), or empty
   int scale_parts = 1;
   int64_t n = 0, k = 0, experts = 0;
   Fp4Format format = Fp4Format::nvfp4;
@@ -31,7 +32,8 @@ struct PreparedProjection {  // one prepared projection of all experts
       : weights(p.weights), scales(p.scales), dequant_scale(p.dequant_scale), scale_parts(p.scale_parts), n(p.n),
         k(p.k), experts(p.experts), format(p.format) {}
   PreparedProjection() = default;
-  int64_t bytes() const { return int64_t(weights.bytes() + scales.bytes() + dequant_scale.bytes()); }
+  int64_t bytes() const { return int64_t(weights.bytes() + scales.bytes() + dequant_scale.bytes() + bias.bytes()); }
+  bool biased() const { return bias.size() > 0; }  // its GEMM runs the biased epilogue instance
 };
 
 struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of experts
@@ -93,18 +95,24 @@ struct MoeLayer::Impl {
   std::optional<plan::TuneCache> cache;
   std::string cache_notice;
   std::unique_ptr<ExpertPair> routed, shared;
+  // H and I as the GEMMs see them: padded to the prepared K granule
+  // (padded_features; gpt-oss's 2880 runs as 2944), the pad being zero weights,
+  // zero biases and zero activations, so that it adds nothing to the output.
+  int64_t hidden_padded = 0, intermediate_padded = 0;
   int64_t expert_begin = 0;  // the model's experts held: [expert_begin, expert_begin + routed experts)
   DeviceBuffer<float> bias;
   // workspace
   DeviceBuffer<int32_t> topk_ids, offsets, permuted_pair, permuted_token, pair_pos, dense_offsets, status;
   DeviceBuffer<float> topk_weights, accumulate;
   DeviceBuffer<__nv_bfloat16> a2, y2, shared_a2, shared_y;
-  // GEMM1's gathered rows in expert order, for warp-specialized tiles (sm_90 prefill), or empty
+  // GEMM1's gathered rows in expert order [P, hidden_padded], for warp-specialized
+  // tiles (sm_90) and wherever H is padded, or empty
   DeviceBuffer<__nv_bfloat16> x_permuted;
   // split-K partial sums and arrival counters (warp-specialized tiles, sm_90), zeroed once
   DeviceBuffer<uint8_t> split_k;
   // optional router: logits = hidden . router_weight^T on the device
   DeviceBuffer<__nv_bfloat16> router_weight;
+  DeviceBuffer<float> router_bias, ones;  // gpt-oss's router bias [E], added by a rank-1 update with ones [max_tokens]
   DeviceBuffer<float> logits;
   DeviceBuffer<uint8_t> blas_workspace;
   cublasHandle_t blas = nullptr;
@@ -176,7 +184,8 @@ struct MoeLayer::Impl {
   plan::TuneKey tune_key(const PreparedProjection& w, double tokens_per_expert, kernels::GemmEpilogue epi) const {
     const char* e = epi == kernels::GemmEpilogue::swiglu ? "swiglu"
                     : epi == kernels::GemmEpilogue::scatter_add ? "scatter_add" : "store";
-    return {std::string("grouped ") + e + (split_k.size() ? " split-k" : ""), to_string(w.format), w.n, w.k, w.experts,
+    return {std::string("grouped ") + e + (w.biased() ? " biased" : "") + (split_k.size() ? " split-k" : ""),
+            to_string(w.format), w.n, w.k, w.experts,
             plan::token_bucket(tokens_per_expert)};
   }
 
@@ -189,15 +198,15 @@ struct MoeLayer::Impl {
       if (const auto e = cache->find(tune_key(w, tokens_per_expert, epi))) {
         for (int i = 0; i < plan::kNumGemmTiles; ++i) {
           if (plan::gemm_tile_name(i) != e->tile) continue;
-          const plan::GemmTileFit p = plan::fit_gemm_tile(i, w.n, w.k, budget);
+          const plan::GemmTileFit p = plan::fit_gemm_tile(i, w.n, w.k, budget, 0, w.biased());
           if (p.fits) return {i, p.stages, true};
         }
       }
     }
-    c.tile = plan::rank_gemm_tiles(w.n, w.k, budget, tokens_per_expert, active, sm_count);
+    c.tile = plan::rank_gemm_tiles(w.n, w.k, budget, tokens_per_expert, active, sm_count, w.biased());
     FP4MOE_CHECK(c.tile >= 0, "no GEMM tile fits N = " << w.n << ", K = " << w.k << " on this GPU: "
-                                                         << plan::plan_gemm_tile(0, w.n, w.k, budget).explanation);
-    c.stages = plan::fit_gemm_tile(c.tile, w.n, w.k, budget).stages;
+                                                         << plan::plan_gemm_tile(0, w.n, w.k, budget, 0, w.biased()).explanation);
+    c.stages = plan::fit_gemm_tile(c.tile, w.n, w.k, budget, 0, w.biased()).stages;
     return c;
   }
 
@@ -223,6 +232,12 @@ struct MoeLayer::Impl {
     a.offsets_ready_at_launch = true;
     a.y = y;
     a.epilogue = epi;
+    a.bias = w.biased() ? w.bias.get() : nullptr;
+    if (epi == kernels::GemmEpilogue::swiglu && cfg.activation == Activation::clamped_swiglu) {
+      a.activation = kernels::GemmActivation::clamped_swiglu;
+      a.swiglu_limit = cfg.swiglu_limit;
+      a.swiglu_alpha = cfg.swiglu_alpha;
+    }
     if (epi == kernels::GemmEpilogue::scatter_add) {
       a.accumulate = accumulate.get();
       a.permuted_pair = permuted_pair.get();
@@ -283,11 +298,14 @@ struct MoeLayer::Impl {
                    int64_t rows, const int32_t* offs, kernels::GemmEpilogue epi, __nv_bfloat16* y,
                    cudaStream_t stream, const float* routing_weights = nullptr) {
     kernels::GroupedGemmArgs a = gemm_args(w, x, gather, rows, offs, epi, y, routing_weights);
-    if (gather && kernels::loads_rows_in_expert_order(c.tile)) {
+    // gathered hidden states narrower than K (H padded) are copied with their zero pad
+    const int64_t x_cols = gather ? cfg.hidden : w.k;
+    FP4MOE_CHECK(x_cols == w.k || gather, "a GEMM reads " << x_cols << " of K = " << w.k << " columns ungathered");
+    if (gather && (kernels::loads_rows_in_expert_order(c.tile) || x_cols != w.k)) {
       FP4MOE_CHECK(int64_t(x_permuted.size()) >= rows * w.k,
                    "tile " << plan::gemm_tile_name(c.tile) << " needs the rows in expert order; the layer's copy holds "
                            << x_permuted.size() / std::max<int64_t>(w.k, 1) << " rows of " << rows);
-      a = kernels::copy_rows_in_expert_order(a, x_permuted.get(), stream);
+      a = kernels::copy_rows_in_expert_order(a, x_permuted.get(), stream, x_cols);
     }
     kernels::launch_fp4_grouped_gemm(a, {.tile = c.tile, .stages = c.stages}, stream);
   }

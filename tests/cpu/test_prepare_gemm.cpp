@@ -185,3 +185,72 @@ TEST(PrepareGemm, GatedWeightsInterleaveAndKeepBothGlobalScales) {
 
 }  // namespace
 }  // namespace fp4moe
+
+namespace fp4moe {
+namespace {
+
+// gpt-oss's 2880 is not a multiple of the K granule: a shape prepared padded
+// holds every value where it was and zeros in the pad, for plain and gated
+// weights; the biases follow the prepared row order.
+TEST(PrepareGemm, PaddedShapesKeepEveryValueAndZeroThePad) {
+  const int64_t rows = 40, k = 96;  // MXFP4: three blocks of 32
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<Fp4Matrix> gate, up;
+  for (int e = 0; e < 2; ++e) {
+    std::vector<float> x(size_t(rows * k));
+    for (float& v : x) v = d(rng);
+    gate.push_back(quantize_mxfp4(x.data(), rows, k));
+    for (float& v : x) v = d(rng);
+    up.push_back(quantize_mxfp4(x.data(), rows, k));
+  }
+  EXPECT_EQ(padded_features(2880), 2944);
+  EXPECT_EQ(padded_features(2944), 2944);
+  const int64_t rp = 48, kp = padded_features(k);
+  const PreparedExpertWeights plain = prepare_gemm_weights(gate, rp, kp);
+  const PreparedExpertWeights gated = prepare_gated_gemm_weights(gate, up, rp, kp);
+  ASSERT_EQ(plain.n, rp);
+  ASSERT_EQ(plain.k, kp);
+  ASSERT_EQ(gated.n, 2 * rp);
+  auto value = [](const PreparedExpertWeights& p, int64_t e, int64_t r, int64_t c) {
+    return e2m1_decode(prepared_code(p, e, r, c)) * prepared_scale_value(p, e, r, c);
+  };
+  for (int64_t e = 0; e < 2; ++e)
+    for (int64_t r = 0; r < 2 * rp; ++r)
+      for (int64_t c = 0; c < kp; ++c) {
+        const int64_t src = (r / 32) * 16 + r % 16;  // the gated row's source row
+        const Fp4Matrix& m = (r / 16) % 2 ? up[size_t(e)] : gate[size_t(e)];
+        const float want = src < rows && c < k ? m.dequant(src, c) : 0.f;
+        ASSERT_EQ(value(gated, e, r, c), want) << "gated expert " << e << " [" << r << ", " << c << "]";
+        if (r < rp) {
+          ASSERT_EQ(value(plain, e, r, c), r < rows && c < k ? gate[size_t(e)].dequant(r, c) : 0.f)
+              << "expert " << e << " [" << r << ", " << c << "]";
+        }
+      }
+  // biases: [E][N], the gated ones interleaved as the rows, zero in the pad
+  std::vector<float> gb(size_t(rows)), ub(size_t(rows));
+  for (int64_t i = 0; i < rows; ++i) gb[size_t(i)] = float(i), ub[size_t(i)] = -float(i) - 1;
+  const std::vector<float>* g[] = {&gb, &gb};
+  const std::vector<float>* u[] = {&ub, &ub};
+  const std::vector<float> b = prepared_gated_bias(g, u, 2 * rp);
+  ASSERT_EQ(int64_t(b.size()), 2 * 2 * rp);
+  for (int64_t r = 0; r < 2 * rp; ++r) {
+    const int64_t src = (r / 32) * 16 + r % 16;
+    const float want = src >= rows ? 0.f : (r / 16) % 2 ? ub[size_t(src)] : gb[size_t(src)];
+    EXPECT_EQ(b[size_t(2 * rp + r)], want) << "row " << r;
+  }
+  const std::vector<float> pb = prepared_bias(g, rp);
+  EXPECT_EQ(pb[size_t(rp + 7)], 7.f);
+  EXPECT_EQ(pb[size_t(rp + rows)], 0.f);
+  // a prepared shape smaller than the experts', or an unpaddable K, is named
+  EXPECT_THROW(prepare_gemm_weights(gate, 32, kp), Error);
+  try {
+    prepare_gemm_weights(gate, rp, 100);
+    FAIL() << "K = 100 was prepared";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("K = 100"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fp4moe

@@ -23,16 +23,18 @@ struct LayerCase {
   int64_t T;
 };
 
-LayerCase make_case(const std::string& preset_name, int64_t T, uint64_t seed) {
-  LayerCase c{preset(preset_name), {}, {}, {}, T};
-  c.w = random_moe_weights(c.cfg, Fp4Format::nvfp4, seed);
-  c.x = test::random_bf16(T * c.cfg.hidden, seed + 1);
+LayerCase make_case(const MoeConfig& cfg, int64_t T, uint64_t seed, Fp4Format format = Fp4Format::nvfp4,
+                    float x_stddev = 1.f) {
+  LayerCase c{cfg, {}, {}, {}, T};
+  c.w = random_moe_weights(c.cfg, format, seed);
+  c.x = test::random_bf16(T * c.cfg.hidden, seed + 1, x_stddev);
   std::mt19937_64 rng(seed + 2);
   std::normal_distribution<float> d(0.f, 1.f);
   c.logits.resize(size_t(T * c.cfg.num_experts));
   for (float& v : c.logits) v = d(rng);
   return c;
 }
+LayerCase make_case(const std::string& preset_name, int64_t T, uint64_t seed) { return make_case(preset(preset_name), T, seed); }
 
 struct GpuRun {
   std::vector<uint16_t> out;
@@ -101,6 +103,38 @@ TEST(GpuMoeLayer, PresetsAgainstTheReference) {
         const GpuRun g = run_layer(layer, c);
         expect_matches_reference(c, g, std::string(name) + " T=" + std::to_string(T) +
                                            (mode == FinalizeMode::split ? " split" : " fused"));
+      }
+    }
+  }
+}
+
+// gpt-oss: MXFP4 experts with biases and the clamped SwiGLU in the GEMM
+// epilogues; and a shape whose H and I (288, 160) are, like gpt-oss's 2880,
+// not multiples of the K granule: run padded, the pad adding nothing.
+// Hidden states of stddev 3 drive a share of the activations into the clamp.
+TEST(GpuMoeLayer, GptOssBiasesClampAndUnalignedShapes) {
+  FP4MOE_REQUIRE_GPU();
+  MoeConfig unaligned = preset("gpt-oss-small");
+  unaligned.name = "gpt-oss-small-unaligned";
+  unaligned.hidden = 288;
+  unaligned.intermediate = 160;
+  for (const MoeConfig& cfg : {preset("gpt-oss-small"), unaligned}) {
+    for (int64_t T : {1, 5, 64, 300}) {
+      const LayerCase c = make_case(cfg, T, 200 + uint64_t(T), Fp4Format::mxfp4, 3.f);
+      for (FinalizeMode mode : {FinalizeMode::fused, FinalizeMode::split}) {
+        LayerOptions o;
+        o.max_tokens = T;
+        o.finalize = mode;
+        MoeLayer layer(c.cfg, c.w, o);
+        if (cfg.hidden % 128) {
+          EXPECT_NE(layer.describe(T).find("padded"), std::string::npos) << layer.describe(T);
+        }
+        const GpuRun g = run_layer(layer, c);
+        expect_matches_reference(c, g, cfg.name + " T=" + std::to_string(T) +
+                                           (mode == FinalizeMode::split ? " split" : " fused"));
+        if (T == 64 && mode == FinalizeMode::split) {
+          EXPECT_EQ(run_layer(layer, c, /*graph=*/true).out, g.out) << cfg.name << ": graph replay differs from eager";
+        }
       }
     }
   }
@@ -205,6 +239,31 @@ TEST(GpuMoeLayer, RouterLogitsFromTheRouterWeight) {
   int64_t unwritten = 0;
   EXPECT_LT(test::rel_frobenius(got, ref, &unwritten), 1e-2);
   EXPECT_EQ(unwritten, 0);
+}
+
+// gpt-oss's router has a bias: logits = hidden . W^T + b on the device too.
+TEST(GpuMoeLayer, RouterBiasJoinsTheDeviceLogits) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase c = make_case(preset("gpt-oss-small"), 64, 31, Fp4Format::mxfp4);
+  c.w.router_weight = test::random_bf16(c.cfg.num_experts * c.cfg.hidden, 32, 0.05f).bits;
+  c.w.router_bias.resize(size_t(c.cfg.num_experts));
+  for (size_t e = 0; e < c.w.router_bias.size(); ++e) c.w.router_bias[e] = e % 2 ? 3.f : -3.f;  // odd experts win
+  LayerOptions o;
+  o.max_tokens = c.T;
+  MoeLayer layer(c.cfg, c.w, o);
+  DeviceBuffer<uint16_t> dx(c.x.bits), dout(size_t(c.T * c.cfg.hidden));
+  layer.forward_from_hidden(nullptr, reinterpret_cast<const __nv_bfloat16*>(dx.get()), c.T,
+                            reinterpret_cast<__nv_bfloat16*>(dout.get()));
+  layer.check_status(nullptr);
+  std::vector<int32_t> ids(size_t(c.T * c.cfg.top_k));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(ids.data(), layer.topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost));
+  const std::vector<float> ref_logits =
+      router_logits_reference(c.x.values.data(), c.T, c.cfg.hidden, c.w.router_weight, c.w.router_bias);
+  const Routing ref = route_reference(c.cfg, ref_logits.data(), c.T, {});
+  int64_t odd = 0, differing = 0;
+  for (size_t i = 0; i < ids.size(); ++i) odd += ids[i] % 2, differing += ids[i] != ref.topk_ids[i];
+  EXPECT_EQ(odd, int64_t(ids.size())) << "the router bias did not reach the logits";
+  EXPECT_LE(differing, 4) << "expert choices differ from the reference (cuBLAS sums in another order: near-ties only)";
 }
 
 }  // namespace

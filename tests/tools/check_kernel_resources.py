@@ -24,7 +24,11 @@ import tempfile
 ARCHS = {"sm_80": "sm80", "sm_90a": "sm90", "sm_120a": "sm120"}
 
 
-KERNEL = re.compile(r"Compiling entry function '.*(?:fp4_grouped_gemm_kernel|fp4_grouped_gemm_ws_kernel)ILi(\d+)E.*' for '(sm_\w+)'")
+# Each tile has two kernel instances (the plain epilogue and the biased one):
+# the tile index and the EpilogueInstance are the template arguments.
+KERNEL = re.compile(r"Compiling entry function '.*(?:fp4_grouped_gemm_kernel|fp4_grouped_gemm_ws_kernel)ILi(\d+)E"
+                    r"L\w*?EpilogueInstanceE(\d)E.*' for '(sm_\w+)'")
+INSTANCES = {0: "", 1: " biased"}
 
 
 advisories = []
@@ -63,7 +67,7 @@ def ptxas_report(build, source, cmds, report):
             continue
         m = KERNEL.search(line)
         if m:
-            cur = (m.group(2), int(m.group(1)))
+            cur = (m.group(3), int(m.group(1)), int(m.group(2)))
             report[cur] = {"regs": 0, "smem": 0, "spill": 0, "stack": 0}
             continue
         if cur is None:
@@ -129,10 +133,10 @@ def uniform_descriptor_report(obj, report):
         m = re.search(r"arch = (sm_\w+)", line)
         if m:
             arch = m.group(1)
-        m = re.search(r"Function : .*grouped_gemm_ws_kernelILi(\d+)E", line)
+        m = re.search(r"Function : .*grouped_gemm_ws_kernelILi(\d+)EL\w*?EpilogueInstanceE(\d)E", line)
         if m:
             flush()
-            cur, hgmma, r2ur, seen_r2ur = (arch, int(m.group(1))), 0, 0, 0
+            cur, hgmma, r2ur, seen_r2ur = (arch, int(m.group(1)), int(m.group(2))), 0, 0, 0
             continue
         if "HGMMA" in line:
             hgmma += 1
@@ -141,6 +145,28 @@ def uniform_descriptor_report(obj, report):
         elif "R2UR" in line:
             seen_r2ur += 1
     flush()
+
+
+def check_one(name, r, p, failures):
+    """One kernel instance on one target against its plan; 1 if it was checked."""
+    if r is None:
+        failures.append(f"{name}: no entry in the compiler report")
+        return 0
+    if r["spill"]:
+        failures.append(f"{name}: {r['spill']} bytes of register spills")
+    if r["smem"]:
+        failures.append(f"{name}: {r['smem']} bytes of static shared memory the planner does not count")
+    if p["fits"] and r["smem"] + p["smem_bytes"] > p["capacity"]:
+        failures.append(f"{name}: static {r['smem']} + planned {p['smem_bytes']} > capacity {p['capacity']}")
+    if r.get("r2ur_per_hgmma", 0) >= 1:
+        failures.append(f"{name}: {r['r2ur_per_hgmma']:.2f} R2UR per HGMMA in the K loop "
+                        "(the wgmma descriptors left the uniform registers)")
+    if r["regs"] * p["threads"] * p["ctas_per_sm"] > 65536:
+        failures.append(f"{name}: {r['regs']} registers x {p['threads']} threads x {p['ctas_per_sm']} CTAs > 65536")
+    uniform = f"  R2UR per HGMMA {r['r2ur_per_hgmma']:.2f}" if "r2ur_per_hgmma" in r else ""
+    print(f"{name:<43} regs {r['regs']:>3}  static smem {r['smem']}  planned {p['smem_bytes']:>6} of "
+          f"{p['capacity']:>6}  {'fits' if p['fits'] else 'rejected by the planner'}{uniform}")
+    return 1
 
 
 def main():
@@ -155,26 +181,12 @@ def main():
         plans = json.loads(subprocess.run([cli, "plan", "--arch", arch, "--kernel", "grouped", "--sweep", "--json",
                                            "--n", "4096", "--k", "6144"], capture_output=True, text=True, check=True).stdout)
         for idx, p in enumerate(plans):
-            r = report.get((sm, idx))
-            if r is None:
-                failures.append(f"{sm} tile {idx}: no entry in the compiler report")
-                continue
-            checked += 1
-            name = f"{sm} {p['tile']}"
-            if r["spill"]:
-                failures.append(f"{name}: {r['spill']} bytes of register spills")
-            if r["smem"]:
-                failures.append(f"{name}: {r['smem']} bytes of static shared memory the planner does not count")
-            if p["fits"] and r["smem"] + p["smem_bytes"] > p["capacity"]:
-                failures.append(f"{name}: static {r['smem']} + planned {p['smem_bytes']} > capacity {p['capacity']}")
-            if r.get("r2ur_per_hgmma", 0) >= 1:
-                failures.append(f"{name}: {r['r2ur_per_hgmma']:.2f} R2UR per HGMMA in the K loop "
-                                "(the wgmma descriptors left the uniform registers)")
-            if r["regs"] * p["threads"] * p["ctas_per_sm"] > 65536:
-                failures.append(f"{name}: {r['regs']} registers x {p['threads']} threads x {p['ctas_per_sm']} CTAs > 65536")
-            uniform = f"  R2UR per HGMMA {r['r2ur_per_hgmma']:.2f}" if "r2ur_per_hgmma" in r else ""
-            print(f"{name:<36} regs {r['regs']:>3}  static smem {r['smem']}  planned {p['smem_bytes']:>6} of "
-                  f"{p['capacity']:>6}  {'fits' if p['fits'] else 'rejected by the planner'}{uniform}")
+            for inst, suffix in INSTANCES.items():
+                if inst == 1 and not p["biased_instance"]:
+                    if (sm, idx, inst) in report:
+                        failures.append(f"{sm} {p['tile']}: a biased instance was compiled for a tile without one")
+                    continue
+                checked += check_one(f"{sm} {p['tile']}{suffix}", report.get((sm, idx, inst)), p, failures)
     failures += [f"ptxas performance advisory: {a}" for a in advisories]
     for f in failures:
         print("FAIL:", f)

@@ -1,0 +1,109 @@
+"""gpt-oss from its own MXFP4 checkpoint layout against transformers' GptOssMLP:
+the block run in fp32 on the exactly dequantized weights (its router, biases
+and clamped SwiGLU), fp4moe's layer from the same files (written by
+gpt_oss_checkpoint.py with the safetensors package). The expert choice is
+identical and the output within 3e-3 relative Frobenius error: through the
+Python layer with the router's logits, through fp4moe.transformers behind
+the block, and through `fp4moe run --checkpoint --input --output` (replay,
+the CLI computing the logits from the router weight and bias). The small
+shape's H and I (288, 160) and the real gpt-oss-120b shape's 2880 are not
+multiples of the kernels' K granule."""
+
+import os
+import subprocess
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+import fp4moe  # noqa: E402
+import fp4moe.transformers as fmt  # noqa: E402
+
+import gpt_oss_checkpoint as ckpt  # noqa: E402
+
+SHAPES = {
+    "small": dict(hidden=288, intermediate=160, experts=8, top_k=4),
+    "gpt-oss-120b": dict(hidden=2880, intermediate=2880, experts=128, top_k=4),
+}
+
+
+def rel(a, b):
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@pytest.fixture(scope="module", params=list(SHAPES))
+def case(request, tmp_path_factory):
+    s = SHAPES[request.param]
+    path = str(tmp_path_factory.mktemp(request.param.replace("-", "_")))
+    tensors = ckpt.write(path, seed=1, **s)
+    cfg = transformers.GptOssConfig(hidden_size=s["hidden"], intermediate_size=s["intermediate"],
+                                    num_local_experts=s["experts"], num_experts_per_tok=s["top_k"], num_hidden_layers=1,
+                                    num_attention_heads=8, num_key_value_heads=8, head_dim=64, vocab_size=512)
+    from transformers.models.gpt_oss import modeling_gpt_oss as m
+
+    block = m.GptOssMLP(cfg).cuda().float().eval()
+    ckpt.load_into(block, tensors)
+    return request.param, s, path, block
+
+
+def reference(block, x):
+    """The block's output and its top-k choice, on x (bf16 values) in fp32."""
+    with torch.no_grad():
+        logits, _, indices = block.router(x.float())
+        out, _ = block(x.float()[None])
+    return out[0], indices, logits
+
+
+@pytest.mark.parametrize("tokens", [1, 64, 512])
+def test_layer_from_checkpoint_matches_transformers(case, tokens):
+    name, s, path, block = case
+    torch.manual_seed(tokens)
+    x = (3.0 * torch.randn(tokens, s["hidden"], device="cuda")).to(torch.bfloat16)  # reaches the clamp at 7
+    ref, indices, logits = reference(block, x)
+    layer = fp4moe.MoeLayer.from_modelopt(path, 0, max_tokens=tokens)
+    out = layer(x, logits.float().contiguous())
+    ids, _ = layer.topk(tokens)
+    torch.cuda.synchronize()
+    layer.check_status()
+    assert torch.equal(ids.long().cpu(), indices.long().cpu()), f"{name} T={tokens}: expert choice differs"
+    err = rel(out, ref)
+    print(f"{name} T={tokens}: fp4moe layer vs transformers GptOssMLP rel err {err:.3e}")
+    assert err < 3e-3
+    assert "padded" in layer.describe(tokens)
+
+
+def test_behind_the_transformers_block(case):
+    name, s, path, block = case
+    x = (3.0 * torch.randn(96, s["hidden"], device="cuda", generator=torch.Generator("cuda").manual_seed(5))).to(torch.bfloat16)
+    ref, _, _ = reference(block, x)
+    import copy
+
+    fast = copy.deepcopy(block)
+    fmt.load_gpt_oss(fast, path, layer=0, max_tokens=96)
+    assert isinstance(fast.experts, fmt.FP4MoEExperts)
+    with torch.no_grad():
+        out, _ = fast(x.float()[None])
+    err = rel(out[0], ref)
+    print(f"{name}: fp4moe.transformers behind GptOssMLP rel err {err:.3e}")
+    assert err < 3e-3
+
+
+def test_cli_replay(case, tmp_path):
+    name, s, path, block = case
+    cli = os.environ.get("FP4MOE_CLI")
+    if not cli:
+        pytest.skip("FP4MOE_CLI (the fp4moe command) is not set")
+    from safetensors.torch import load_file, save_file
+
+    x = (3.0 * torch.randn(48, s["hidden"], device="cuda", generator=torch.Generator("cuda").manual_seed(7))).to(torch.bfloat16)
+    ref, _, _ = reference(block, x)
+    inp, outp = str(tmp_path / "in.safetensors"), str(tmp_path / "out.safetensors")
+    save_file({"hidden_states": x.cpu()}, inp)
+    r = subprocess.run([cli, "run", "--checkpoint", path, "--layer", "0", "--input", inp, "--output", outp],
+                       capture_output=True, text=True)
+    print(r.stdout[-2000:])
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = load_file(outp)["output"]
+    err = rel(got.cuda(), ref)
+    print(f"{name}: fp4moe run --checkpoint replay rel err {err:.3e}")
+    assert err < 3e-3
