@@ -123,8 +123,8 @@ void describe_gpt_oss(const std::string& path, const io::TensorStore& store, con
   const std::string first = std::to_string(checked.front());
   s.lines.push_back("fp4moe: MoE layers " + number_set({checked.begin(), checked.end()}) +
                     " checked (dtypes and shapes; values as a layer loads): gate/up rows interleaved, expert and router "
-                    "biases, clamped SwiGLU. `fp4moe run --checkpoint " + path + " --layer " + first +
-                    " --cpu` runs layer " + first + " on the CPU reference; the GPU layer does not compute these models yet");
+                    "biases, clamped SwiGLU. `fp4moe run --checkpoint " + path + " --layer " + first + "` runs layer " +
+                    first + " (GPU, or the CPU reference with --cpu)");
 }
 
 void describe_directory(const std::string& path, const io::TensorStore& store, int64_t only_layer, CheckpointSummary& s) {

@@ -46,24 +46,26 @@ __device__ __forceinline__ void store_16_bytes(__nv_bfloat16* dst, const uint32_
                : "memory");
 }
 
-// The SwiGLU of gate g and up u: silu(g) * u, or (biased instances, when the
-// launch asks for it) gpt-oss's clamped form g' sigmoid(alpha g') (u' + 1).
-template <EpilogueInstance Epi>
-__device__ __forceinline__ float swiglu(const KernelParams& p, float g, float u) {
-  if (Epi == EpilogueInstance::biased && p.clamped_swiglu) {
-    g = fminf(g, p.swiglu_limit);
-    u = fminf(fmaxf(u, -p.swiglu_limit), p.swiglu_limit);
-    return g / (1.f + __expf(-p.swiglu_alpha * g)) * (u + 1.f);
-  }
-  return g / (1.f + __expf(-g)) * u;
-}
-
 // The staged value of column c (0..Rows-1) of the tile's row r, plus its
 // feature's bias on the biased instances (`bias` points at column 0's).
 template <EpilogueInstance Epi>
 __device__ __forceinline__ float biased(const float* er, const float* bias, int c) {
   if constexpr (Epi == EpilogueInstance::biased) return er[c] + __ldg(bias + c);
   else return er[c];
+}
+
+// The SwiGLU of gate g and the up value at column u of `er`: silu(g) * up, or
+// (biased instances, when the launch asks for it) gpt-oss's clamped form
+// g' sigmoid(alpha g') (up' + 1). (The plain form reads up after the
+// division, the order the plain kernels were tuned with.)
+template <EpilogueInstance Epi>
+__device__ __forceinline__ float swiglu(const KernelParams& p, float g, const float* er, const float* bias, int u) {
+  if (Epi == EpilogueInstance::biased && p.clamped_swiglu) {
+    g = fminf(g, p.swiglu_limit);
+    const float up = fminf(fmaxf(biased<Epi>(er, bias, u), -p.swiglu_limit), p.swiglu_limit);
+    return g / (1.f + __expf(-p.swiglu_alpha * g)) * (up + 1.f);
+  }
+  return g / (1.f + __expf(-g)) * biased<Epi>(er, bias, u);
 }
 
 // Writes a staged fp32 tile of `Rows` weight rows (output features col0..)
@@ -89,8 +91,8 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int c = g + 2 * q;
-        o[q] = bf16x2_bits(swiglu<Epi>(p, biased<Epi>(er, bias, c), biased<Epi>(er, bias, c + kG)),
-                           swiglu<Epi>(p, biased<Epi>(er, bias, c + 1), biased<Epi>(er, bias, c + kG + 1)));
+        const float g0 = biased<Epi>(er, bias, c), g1 = biased<Epi>(er, bias, c + 1);
+        o[q] = bf16x2_bits(swiglu<Epi>(p, g0, er, bias, c + kG), swiglu<Epi>(p, g1, er, bias, c + kG + 1));
       }
       store_16_bytes(p.y + int64_t(w.row0 + r) * ld + col0 / 2 + j0, o);
     }
@@ -104,13 +106,13 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
       float* dst = p.accumulate + int64_t(pair / p.top_k) * p.n + col0 + c0;
       const float* e = epi + r * stride + c0;
       const float* b = Epi == EpilogueInstance::biased ? bias + c0 : nullptr;
-      const float v[4] = {biased<Epi>(e, b, 0), biased<Epi>(e, b, 1), biased<Epi>(e, b, 2), biased<Epi>(e, b, 3)};
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       // one 16-byte vector reduction (sm_90+): a quarter of the atomic operations
-      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(wt * v[0], wt * v[1], wt * v[2], wt * v[3]));
+      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(wt * biased<Epi>(e, b, 0), wt * biased<Epi>(e, b, 1),
+                                                            wt * biased<Epi>(e, b, 2), wt * biased<Epi>(e, b, 3)));
 #else
 #pragma unroll
-      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * v[q]);
+      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * biased<Epi>(e, b, q));
 #endif
     }
   } else {

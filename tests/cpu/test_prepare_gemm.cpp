@@ -228,7 +228,7 @@ TEST(PrepareGemm, PaddedShapesKeepEveryValueAndZeroThePad) {
         }
       }
   // biases: [E][N], the gated ones interleaved as the rows, zero in the pad
-  std::vector<float> gb(size_t(rows)), ub(size_t(rows));
+  std::vector<float> gb(static_cast<size_t>(rows)), ub(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) gb[size_t(i)] = float(i), ub[size_t(i)] = -float(i) - 1;
   const std::vector<float>* g[] = {&gb, &gb};
   const std::vector<float>* u[] = {&ub, &ub};

@@ -198,7 +198,7 @@ TEST(GptOss, InspectChecksTheLayoutAndNamesWhatIsWrong) {
   std::string all;
   for (const std::string& l : s.lines) all += l + "\n";
   EXPECT_NE(all.find("MXFP4, group 32 (gpt-oss layout"), std::string::npos) << all;
-  EXPECT_NE(all.find("--layer 1 --cpu"), std::string::npos) << all;
+  EXPECT_NE(all.find("--layer 1` runs layer 1 (GPU"), std::string::npos) << all;
   // a config.json whose expert width disagrees with the tensors: the tensor and the shape are named
   test::write_text(d.path() + "/config.json",
                    "{\"model_type\": \"gpt_oss\", \"hidden_size\": " + std::to_string(c.hidden) +

@@ -11,6 +11,7 @@ Usage: check_kernel_resources.py BUILD_DIR SOURCE[,SOURCE...] FP4MOE_CLI
 Recompiles each SOURCE with the build's own command plus -Xptxas -v (no output
 kept): the all-warps kernel (fp4_grouped_gemm.cu) and the warp-specialized
 one (fp4_grouped_gemm_ws_sm90.cu) instantiate disjoint tiles of the one list."""
+import concurrent.futures
 import importlib.util
 import json
 import os
@@ -174,8 +175,10 @@ def main():
     print("cuobjdump:", find_cuobjdump()[0])  # before the compiles: a missing tool is named at once
     cmds = json.load(open(f"{build}/compile_commands.json"))
     report = {}
-    for source in sources.split(","):
-        ptxas_report(build, source, cmds, report)
+    # the sources compile at once (each is one nvcc, single-threaded): CI's two cores both work
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for f in [pool.submit(ptxas_report, build, source, cmds, report) for source in sources.split(",")]:
+            f.result()
     failures, checked = [], 0
     for sm, arch in ARCHS.items():
         plans = json.loads(subprocess.run([cli, "plan", "--arch", arch, "--kernel", "grouped", "--sweep", "--json",
