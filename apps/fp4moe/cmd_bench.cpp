@@ -43,6 +43,7 @@ struct BenchOptions {
   int reps = 30;
   bool deterministic = false;
   std::string finalize = "auto";
+  int64_t feature_granule = 0;
   bool no_split_k = false;
   bool no_peers = false;
   std::string render;  // re-render the outputs of an earlier run's bench.json
@@ -189,6 +190,7 @@ void run_bench(const BenchOptions& o) {
   bo.warm_seconds = o.warm_seconds;
   bo.skewed = !o.no_skewed;
   bo.layer.deterministic = o.deterministic;
+  bo.layer.feature_granule = o.feature_granule;
   bo.layer.finalize = o.finalize == "fused" ? FinalizeMode::fused : o.finalize == "split" ? FinalizeMode::split
                                                                                           : FinalizeMode::automatic;
   bo.layer.split_k = !o.no_split_k;
@@ -226,6 +228,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--peers-script", o.peers_script, "bench/peers.py (default: found next to the sources)");
   cmd->add_option("--cache", o.cache, "Tune cache file");
   cmd->add_flag("--deterministic", o.deterministic, "Split finalize");
+  cmd->add_option("--feature-granule", o.feature_granule,
+                  "Pad H and I that are not multiples of it (gpt-oss's 2880): 256 (0, the default) or 128")
+      ->check(CLI::IsMember(std::vector<int64_t>{0, 128, 256}));
   cmd->add_option("--finalize", o.finalize, "auto, fused (GEMM2 adds into fp32 by atomics) or split")
       ->check(CLI::IsMember({"auto", "fused", "split"}))
       ->capture_default_str();

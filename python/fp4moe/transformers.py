@@ -38,7 +38,14 @@ class FP4MoEExperts(torch.nn.Module):
         self.layer_id = fp4moe_torch.register(layer)
         self.num_experts = num_experts
 
-    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, top_k_index: Optional[torch.Tensor] = None,
+                top_k_weights: Optional[torch.Tensor] = None, *, router_indices: Optional[torch.Tensor] = None,
+                routing_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+        # (gpt-oss's block passes them as router_indices and routing_weights)
+        top_k_index = router_indices if top_k_index is None else top_k_index
+        top_k_weights = routing_weights if top_k_weights is None else top_k_weights
+        if top_k_index is None or top_k_weights is None:
+            raise ValueError("FP4MoEExperts: the top-k ids and weights are required")
         x = hidden_states.to(torch.bfloat16).contiguous()
         ids = top_k_index.to(torch.int32).contiguous()
         w = top_k_weights.to(torch.float32).contiguous()

@@ -27,9 +27,12 @@ struct PreparedExpertWeights {
 // The prepared layout's K granule (a 16-byte scale load covers k128): a K
 // that is not a multiple is padded to one with zero weights, exactly.
 inline constexpr int64_t kPreparedKGranule = 128;
-// A feature count padded so that it is a GEMM's K and N alike: a multiple of
-// the K granule (2880, gpt-oss's H and I, becomes 2944).
-constexpr int64_t padded_features(int64_t d) { return (d + kPreparedKGranule - 1) / kPreparedKGranule * kPreparedKGranule; }
+// The multiple an MoE layer pads H and I to when they are not one (each is a
+// GEMM's K and the other's N): 256, which every tile's bm and bk divide
+// (gpt-oss's 2880 runs as 3072); 128, the prepared granule, pads less (2944)
+// but leaves only the tiles of bm and bk 128 (docs/planner.md).
+inline constexpr int64_t kFeatureGranule = 256;
+constexpr int64_t padded_features(int64_t d, int64_t granule = kFeatureGranule) { return (d + granule - 1) / granule * granule; }
 
 // All experts must share format and shape. The prepared shape is [n, k]
 // (0: the experts' own N and K), at least theirs: rows and columns past

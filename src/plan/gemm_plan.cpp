@@ -221,6 +221,9 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
         {gemm_tile_index("bm256_nt128_bk128_mt2_c1_ws"), 48, false},
         {gemm_tile_index("bm256_nt64_bk256_mt1_c1_ws_e16"), 0, false},
         {gemm_tile_index("bm256_nt64_bk128_mt1_c1_ws"), 0, false},
+        // where no 256-row tile divides N (gpt-oss padded to 128: 2944)
+        {gemm_tile_index("bm128_nt128_bk128_mt1_c1_ws"), 48, false},
+        {gemm_tile_index("bm128_nt64_bk128_mt1_c1_ws"), 0, false},
     };
     static_assert(std::all_of(std::begin(kPreferred), std::end(kPreferred), [](const Preferred& p) { return p.tile >= 0; }),
                   "a preferred tile is not in kGemmTiles");

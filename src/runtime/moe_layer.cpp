@@ -52,6 +52,8 @@ ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts, int
   return p;
 }
 
+int64_t granule_of(const LayerOptions& o) { return o.feature_granule ? o.feature_granule : kFeatureGranule; }
+
 }  // namespace
 
 void MoeLayer::Impl::init_device(const MoeConfig& c, const LayerOptions& o) {
@@ -60,10 +62,13 @@ void MoeLayer::Impl::init_device(const MoeConfig& c, const LayerOptions& o) {
   opts = o;
   FP4MOE_CHECK(o.max_tokens >= 1, "LayerOptions::max_tokens = " << o.max_tokens << " must be at least 1");
   FP4MOE_CHECK(c.hidden % 8 == 0, "MoeLayer: hidden = " << c.hidden << " is not a multiple of 8");
-  hidden_padded = padded_features(c.hidden);
-  intermediate_padded = padded_features(c.intermediate);
+  const int64_t granule = granule_of(o);
+  FP4MOE_CHECK(granule == 128 || granule == 256,
+               "LayerOptions::feature_granule = " << o.feature_granule << " is not 0 (256), 128 or 256");
+  hidden_padded = padded_features(c.hidden, granule);
+  intermediate_padded = padded_features(c.intermediate, granule);
   // (the shared expert reads the hidden states in place, at their own width)
-  FP4MOE_CHECK(!c.shared_expert || (hidden_padded == c.hidden && padded_features(c.shared_intermediate) == c.shared_intermediate),
+  FP4MOE_CHECK(!c.shared_expert || (hidden_padded == c.hidden && c.shared_intermediate % kPreparedKGranule == 0),
                "MoeLayer: a shared expert needs hidden = " << c.hidden << " and shared_intermediate = "
                                                            << c.shared_intermediate << " to be multiples of "
                                                            << kPreparedKGranule);
@@ -192,7 +197,7 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const DeviceMoeWeights& w, const LayerO
   FP4MOE_CHECK(!cfg.expert_bias && m.hidden_padded == H && m.intermediate_padded == I,
                "MoeLayer from device weights: model '" << cfg.name << "' has "
                    << (cfg.expert_bias ? "expert biases, which DeviceMoeWeights does not hold"
-                                       : "H or I not a multiple of " + std::to_string(kPreparedKGranule) +
+                                       : "H or I not a multiple of " + std::to_string(granule_of(m.opts)) +
                                              ", which the device prepare does not pad")
                    << "; build it from host weights (MoeWeights)");
   const int64_t count = w.expert_count < 0 ? E : w.expert_count;
@@ -387,7 +392,7 @@ std::string MoeLayer::describe(int64_t tokens) const {
   if (!m.cache_notice.empty()) os << m.cache_notice << "\n";
   if (m.hidden_padded != m.cfg.hidden || m.intermediate_padded != m.cfg.intermediate)
     os << "H " << m.cfg.hidden << " and I " << m.cfg.intermediate << " run as " << m.hidden_padded << " and "
-       << m.intermediate_padded << " (padded with zero weights to the K granule " << kPreparedKGranule << ")\n";
+       << m.intermediate_padded << " (padded with zero weights to a multiple of " << granule_of(m.opts) << ")\n";
   if (m.cfg.expert_bias || m.cfg.activation != Activation::swiglu)
     os << "epilogues: the biased instance (expert biases"
        << (m.cfg.activation == Activation::clamped_swiglu ? ", the clamped SwiGLU" : "") << ")\n";

@@ -96,7 +96,7 @@ struct MoeLayer::Impl {
   std::string cache_notice;
   std::unique_ptr<ExpertPair> routed, shared;
   // H and I as the GEMMs see them: padded to the prepared K granule
-  // (padded_features; gpt-oss's 2880 runs as 2944), the pad being zero weights,
+  // (LayerOptions::feature_granule; gpt-oss's 2880 runs as 3072), the pad being zero weights,
   // zero biases and zero activations, so that it adds nothing to the output.
   int64_t hidden_padded = 0, intermediate_padded = 0;
   int64_t expert_begin = 0;  // the model's experts held: [expert_begin, expert_begin + routed experts)

@@ -204,9 +204,10 @@ TEST(PrepareGemm, PaddedShapesKeepEveryValueAndZeroThePad) {
     for (float& v : x) v = d(rng);
     up.push_back(quantize_mxfp4(x.data(), rows, k));
   }
-  EXPECT_EQ(padded_features(2880), 2944);
-  EXPECT_EQ(padded_features(2944), 2944);
-  const int64_t rp = 48, kp = padded_features(k);
+  EXPECT_EQ(padded_features(2880), 3072);
+  EXPECT_EQ(padded_features(2880, 128), 2944);
+  EXPECT_EQ(padded_features(3072), 3072);
+  const int64_t rp = 48, kp = padded_features(k, kPreparedKGranule);
   const PreparedExpertWeights plain = prepare_gemm_weights(gate, rp, kp);
   const PreparedExpertWeights gated = prepare_gated_gemm_weights(gate, up, rp, kp);
   ASSERT_EQ(plain.n, rp);
