@@ -44,9 +44,9 @@ struct LayerOptions {
   // expert at a few tokens) across CTAs; the parts are summed in a fixed order.
   // The layer then holds a 16 MiB split-K workspace (sm_90).
   bool split_k = true;
-  // H and I that are not multiples of this are padded to one with zero
-  // weights (gpt-oss's 2880): 256 (0, the default) lets every tile divide
-  // them, 128 pads less and leaves the tiles of 128 rows and 128 k.
+  // H and I that are not multiples of 128 (gpt-oss's 2880) are padded with
+  // zero weights to a multiple of this: 256 (0, the default) lets every tile
+  // divide them, 128 pads less and leaves the tiles of 128 rows and 128 k.
   int64_t feature_granule = 0;
   // Host weights holding a range of the model's experts (expert parallelism):
   // weights.experts are the model's [expert_begin, expert_begin + expert_count);

@@ -27,12 +27,15 @@ struct PreparedExpertWeights {
 // The prepared layout's K granule (a 16-byte scale load covers k128): a K
 // that is not a multiple is padded to one with zero weights, exactly.
 inline constexpr int64_t kPreparedKGranule = 128;
-// The multiple an MoE layer pads H and I to when they are not one (each is a
-// GEMM's K and the other's N): 256, which every tile's bm and bk divide
-// (gpt-oss's 2880 runs as 3072); 128, the prepared granule, pads less (2944)
-// but leaves only the tiles of bm and bk 128 (docs/planner.md).
+// H or I as an MoE layer runs it (each is a GEMM's K and the other's N): as
+// given when a multiple of the K granule, else padded to a multiple of
+// `granule`: 256, which every tile's bm and bk divide (gpt-oss's 2880 runs as
+// 3072), or 128, which pads less (2944) but leaves only the tiles of bm and
+// bk 128 (docs/planner.md).
 inline constexpr int64_t kFeatureGranule = 256;
-constexpr int64_t padded_features(int64_t d, int64_t granule = kFeatureGranule) { return (d + granule - 1) / granule * granule; }
+constexpr int64_t padded_features(int64_t d, int64_t granule = kFeatureGranule) {
+  return d % kPreparedKGranule == 0 ? d : (d + granule - 1) / granule * granule;
+}
 
 // All experts must share format and shape. The prepared shape is [n, k]
 // (0: the experts' own N and K), at least theirs: rows and columns past

@@ -207,6 +207,9 @@ TEST(PrepareGemm, PaddedShapesKeepEveryValueAndZeroThePad) {
   EXPECT_EQ(padded_features(2880), 3072);
   EXPECT_EQ(padded_features(2880, 128), 2944);
   EXPECT_EQ(padded_features(3072), 3072);
+  EXPECT_EQ(padded_features(384), 384);  // a multiple of the K granule runs as it is
+  EXPECT_EQ(padded_features(96), 256);
+  EXPECT_EQ(padded_features(96, 128), 128);
   const int64_t rp = 48, kp = padded_features(k, kPreparedKGranule);
   const PreparedExpertWeights plain = prepare_gemm_weights(gate, rp, kp);
   const PreparedExpertWeights gated = prepare_gated_gemm_weights(gate, up, rp, kp);
