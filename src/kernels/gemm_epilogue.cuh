@@ -56,8 +56,9 @@ __device__ __forceinline__ float biased(const float* er, const float* bias, int 
 
 // The SwiGLU of gate g and the up value at column u of `er`: silu(g) * up, or
 // (biased instances, when the launch asks for it) gpt-oss's clamped form
-// g' sigmoid(alpha g') (up' + 1). (The plain form reads up after the
-// division, the order the plain kernels were tuned with.)
+// g' sigmoid(alpha g') (up' + 1). The plain form reads up after its division:
+// read first, it stays live across the division's slow path, and the cluster
+// tile, at its register cap, spilled.
 template <EpilogueInstance Epi>
 __device__ __forceinline__ float swiglu(const KernelParams& p, float g, const float* er, const float* bias, int u) {
   if (Epi == EpilogueInstance::biased && p.clamped_swiglu) {
