@@ -17,22 +17,12 @@ namespace fp4moe::kernels::detail {
 
 // Accumulator fragment (rows f and f+8, token columns tok and tok+1 of an n8
 // tile; mma.sync's C layout, which is also wgmma's per warp) -> the fp32
-// staging tile [token][row], times the expert's dequantization scale; on the
-// biased instance plus the rows' biases b_lo, b_hi.
-template <EpilogueInstance Epi = EpilogueInstance::plain>
-__device__ __forceinline__ void stage_fragment(float* epi, int stride, int f, int tok, const float v[4], float gs,
-                                               float b_lo = 0.f, float b_hi = 0.f) {
-  if constexpr (Epi == EpilogueInstance::biased) {
-    epi[tok * stride + f] = v[0] * gs + b_lo;
-    epi[(tok + 1) * stride + f] = v[1] * gs + b_lo;
-    epi[tok * stride + f + 8] = v[2] * gs + b_hi;
-    epi[(tok + 1) * stride + f + 8] = v[3] * gs + b_hi;
-  } else {
-    epi[tok * stride + f] = v[0] * gs;
-    epi[(tok + 1) * stride + f] = v[1] * gs;
-    epi[tok * stride + f + 8] = v[2] * gs;
-    epi[(tok + 1) * stride + f + 8] = v[3] * gs;
-  }
+// staging tile [token][row], times the expert's dequantization scale.
+__device__ __forceinline__ void stage_fragment(float* epi, int stride, int f, int tok, const float v[4], float gs) {
+  epi[tok * stride + f] = v[0] * gs;
+  epi[(tok + 1) * stride + f] = v[1] * gs;
+  epi[tok * stride + f + 8] = v[2] * gs;
+  epi[(tok + 1) * stride + f + 8] = v[3] * gs;
 }
 
 // The dequantization scale of weight row `row` (its 16-row group picks a part).
@@ -69,15 +59,14 @@ __device__ __forceinline__ float biased(const float* er, const float* bias, int 
 // g' sigmoid(alpha g') (up' + 1). The plain form reads up after its division:
 // read first, it stays live across the division's slow path, and the cluster
 // tile, at its register cap, spilled.
-// `Add`: the instance whose bias the read adds (plain where it was staged).
-template <EpilogueInstance Epi, EpilogueInstance Add>
+template <EpilogueInstance Epi>
 __device__ __forceinline__ float swiglu(const KernelParams& p, float g, const float* er, const float* bias, int u) {
   if (Epi == EpilogueInstance::biased && p.clamped_swiglu) {
     g = fminf(g, p.swiglu_limit);
-    const float up = fminf(fmaxf(biased<Add>(er, bias, u), -p.swiglu_limit), p.swiglu_limit);
+    const float up = fminf(fmaxf(biased<Epi>(er, bias, u), -p.swiglu_limit), p.swiglu_limit);
     return g / (1.f + __expf(-p.swiglu_alpha * g)) * (up + 1.f);
   }
-  return g / (1.f + __expf(-g)) * biased<Add>(er, bias, u);
+  return g / (1.f + __expf(-g)) * biased<Epi>(er, bias, u);
 }
 
 // Writes a staged fp32 tile of `Rows` weight rows (output features col0..)
@@ -85,13 +74,11 @@ __device__ __forceinline__ float swiglu(const KernelParams& p, float g, const fl
 // 16-byte rows to y (store), the SwiGLU of gate and up (interleaved every 16
 // rows, pack::kGateUpInterleaveRows), or topk-weighted fp32 atomics into the
 // token's output (scatter_add); each value plus its feature's bias on the
-// biased instances (docs/kernels.md states the arithmetic), here or, with
-// kBiasStaged, already in the staging tile (stage_fragment).
-template <int Rows, int Threads, EpilogueInstance Epi = EpilogueInstance::plain, bool kBiasStaged = false>
+// biased instances (docs/kernels.md states the arithmetic).
+template <int Rows, int Threads, EpilogueInstance Epi = EpilogueInstance::plain>
 __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const WorkItem& w, const float* epi, int stride,
                                                   int64_t col0, int tid) {
-  constexpr EpilogueInstance Add = kBiasStaged ? EpilogueInstance::plain : Epi;  // whose bias the reads add
-  const float* bias = Add == EpilogueInstance::biased ? p.bias + int64_t(w.expert) * p.n + col0 : nullptr;
+  const float* bias = Epi == EpilogueInstance::biased ? p.bias + int64_t(w.expert) * p.n + col0 : nullptr;
   if (p.epilogue == int(GemmEpilogue::swiglu)) {
     constexpr int kPieces = Rows / 2 / 8;  // 8 output columns per piece
     constexpr int kG = pack::kGateUpInterleaveRows;
@@ -105,8 +92,8 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int c = g + 2 * q;
-        const float g0 = biased<Add>(er, bias, c), g1 = biased<Add>(er, bias, c + 1);
-        o[q] = bf16x2_bits(swiglu<Epi, Add>(p, g0, er, bias, c + kG), swiglu<Epi, Add>(p, g1, er, bias, c + kG + 1));
+        const float g0 = biased<Epi>(er, bias, c), g1 = biased<Epi>(er, bias, c + 1);
+        o[q] = bf16x2_bits(swiglu<Epi>(p, g0, er, bias, c + kG), swiglu<Epi>(p, g1, er, bias, c + kG + 1));
       }
       store_16_bytes(p.y + int64_t(w.row0 + r) * ld + col0 / 2 + j0, o);
     }
@@ -119,14 +106,14 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
       const float wt = p.topk_weights[pair];
       float* dst = p.accumulate + int64_t(pair / p.top_k) * p.n + col0 + c0;
       const float* e = epi + r * stride + c0;
-      const float* b = Add == EpilogueInstance::biased ? bias + c0 : nullptr;
+      const float* b = Epi == EpilogueInstance::biased ? bias + c0 : nullptr;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       // one 16-byte vector reduction (sm_90+): a quarter of the atomic operations
-      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(wt * biased<Add>(e, b, 0), wt * biased<Add>(e, b, 1),
-                                                            wt * biased<Add>(e, b, 2), wt * biased<Add>(e, b, 3)));
+      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(wt * biased<Epi>(e, b, 0), wt * biased<Epi>(e, b, 1),
+                                                            wt * biased<Epi>(e, b, 2), wt * biased<Epi>(e, b, 3)));
 #else
 #pragma unroll
-      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * biased<Add>(e, b, q));
+      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * biased<Epi>(e, b, q));
 #endif
     }
   } else {
@@ -135,10 +122,10 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
     for (int i = tid; i < w.rows * kPieces; i += Threads) {
       const int r = i / kPieces, c0 = (i % kPieces) * 8;
       const float* er = epi + r * stride + c0;
-      const float* b = Add == EpilogueInstance::biased ? bias + c0 : nullptr;
+      const float* b = Epi == EpilogueInstance::biased ? bias + c0 : nullptr;
       uint32_t o[4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) o[q] = bf16x2_bits(biased<Add>(er, b, 2 * q), biased<Add>(er, b, 2 * q + 1));
+      for (int q = 0; q < 4; ++q) o[q] = bf16x2_bits(biased<Epi>(er, b, 2 * q), biased<Epi>(er, b, 2 * q + 1));
       store_16_bytes(p.y + int64_t(w.row0 + r) * p.n + col0 + c0, o);
     }
   }

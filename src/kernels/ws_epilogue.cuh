@@ -31,13 +31,6 @@ struct WsEpilogue {
       const int group = cg * kMB + b;  // 64-row staging group of the tile
       float* group_epi = epi + group * (L.epilogue_group_bytes() / 4);
       const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + group * 64 + f);
-      // biased: this thread's two rows' biases, added as they are staged (in the write they cost the
-      // widest tiles registers that their live accumulators leave none for)
-      float b_lo = 0.f, b_hi = 0.f;
-      if constexpr (Epi == EpilogueInstance::biased) {
-        const float* b = p.bias + int64_t(w.expert) * p.n + int64_t(w.ntile) * T.bm + group * 64 + f;
-        b_lo = __ldg(b), b_hi = __ldg(b + 8);
-      }
 #pragma unroll
       for (int pass = 0; pass < T.nt / kEpiTokens; ++pass) {
         WorkItem part = w;  // this pass's tokens
@@ -49,11 +42,10 @@ struct WsEpilogue {
         for (int jn = 0; jn < kEpiTokens / 8; ++jn) {
           const int jj = pass * (kEpiTokens / 8) + jn;
           const float v[4] = {acc[b][jj * 4], acc[b][jj * 4 + 1], acc[b][jj * 4 + 2], acc[b][jj * 4 + 3]};
-          stage_fragment<Epi>(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs, b_lo, b_hi);
+          stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
         }
         async::named_barrier(kFirstBarrier + cg, 128);
-        write_staged_tile<64, 128, Epi, /*kBiasStaged=*/true>(p, part, group_epi, kEpiStride,
-                                                              int64_t(w.ntile) * T.bm + group * 64, gtid);
+        write_staged_tile<64, 128, Epi>(p, part, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + group * 64, gtid);
       }
     }
   }

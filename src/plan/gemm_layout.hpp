@@ -51,9 +51,9 @@ struct GemmTile {
   // default). A smaller staging tile leaves room for more stages.
   int epilogue_token_rows = 0;
   // The tile has a biased epilogue instance (expert biases, gpt-oss's clamped
-  // SwiGLU): false where that instance spills registers (the nt144 tiles, 144
-  // accumulators per thread at the 232-register cap); GEMMs with biases are
-  // planned on the others.
+  // SwiGLU): false where that instance spills registers (the tiles of 128+
+  // accumulators per thread and multi-pass staging, and four consumer
+  // warpgroups at 104 registers); GEMMs with biases are planned on the others.
   bool biased_instance = true;
 
   // ---- shape ----
@@ -165,7 +165,7 @@ inline constexpr GemmTile kGemmTiles[] = {
     // sizes where four consumer warpgroups share one small activation stage.
     {.name = "bm128_nt128_bk128_mt1_c1_ws", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
     // two m64 blocks per consumer warpgroup: half the activation reads from L2 per flop
-    {.name = "bm256_nt128_bk128_mt2_c1_ws", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
+    {.name = "bm256_nt128_bk128_mt2_c1_ws", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .biased_instance = false},
     {.name = "bm128_nt64_bk128_mt1_c1_ws", .bm = 128, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
     {.name = "bm256_nt64_bk128_mt1_c1_ws", .bm = 256, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
     {.name = "bm256_nt32_bk128_mt1_c1_ws", .bm = 256, .nt = 32, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
@@ -190,7 +190,7 @@ inline constexpr GemmTile kGemmTiles[] = {
     // (about 30 of a stage's 212 instructions are its wait, hand-back and cursor); its
     // epilogue stages 16 tokens at a time (17 instead of 68 KB) so that three stages fit,
     // and the ring does not run dry behind each item's epilogue.
-    {.name = "bm256_nt64_bk256_mt1_c1_ws_e16", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .epilogue_token_rows = 16},
+    {.name = "bm256_nt64_bk256_mt1_c1_ws_e16", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .epilogue_token_rows = 16, .biased_instance = false},
     // Prefill in clusters of two N tiles sharing the activations (multicast):
     // 36.5 instead of 55 KB per stage from L2 per CTA.
     {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136_cl2", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136, .cluster_n = 2, .biased_instance = false},
