@@ -240,12 +240,9 @@ def load_gpt_oss(block: torch.nn.Module, path: str, *, layer: int, max_tokens: i
     if experts is None or not hasattr(experts, "gate_up_proj_bias") or not hasattr(block, "router"):
         raise ValueError(f"load_gpt_oss: {type(block).__name__} is not a gpt-oss MoE block (router, experts with biases)")
     layer_ = MoeLayer.from_modelopt(path, layer, max_tokens=max_tokens, finalize=finalize)
-    E, H = int(layer_.config["num_experts"]), int(layer_.config["hidden"])
-    # the block's own shape: gate_up_proj [E, H, 2I] (dequantized experts), or its router's [E, H]
-    # (transformers' MXFP4 experts hold blocks instead)
-    shape = tuple(experts.gate_up_proj.shape[:2]) if hasattr(experts, "gate_up_proj") else tuple(block.router.weight.shape)
-    if shape != (E, H):
-        raise ValueError(f"load_gpt_oss: {path} layer {layer} has E = {E}, H = {H}; the block has E = {shape[0]}, "
-                         f"H = {shape[1]}")
+    E = int(layer_.config["num_experts"])
+    if E != experts.gate_up_proj.shape[0] or int(layer_.config["hidden"]) != experts.gate_up_proj.shape[1]:
+        raise ValueError(f"load_gpt_oss: {path} layer {layer} has E = {E}, H = {layer_.config['hidden']}; the block has "
+                         f"E = {experts.gate_up_proj.shape[0]}, H = {experts.gate_up_proj.shape[1]}")
     block.experts = FP4MoEExperts(layer_, E)
     return block
