@@ -267,5 +267,40 @@ TEST(GemmPlan, TokenChunksCoverEveryRowWithinTheTile) {
   }
 }
 
+// GEMMs with biases (gpt-oss) run only on tiles with a biased epilogue
+// instance: the others are refused by name, and the ranking never picks one,
+// at any token count, on the shapes gpt-oss runs (padded to 3072 or 2944).
+TEST(GemmPlan, BiasedGemmsOnlyOnTilesWithABiasedInstance) {
+  const SmemBudget sm90 = budget_of(find_arch("sm_90"));
+  int without = 0;
+  for (int t = 0; t < kNumGemmTiles; ++t) {
+    if (kGemmTiles[t].biased_instance) continue;
+    ++without;
+    const SmemPlan plain = plan_gemm_tile(t, 6144, 3072, sm90);
+    const SmemPlan biased = plan_gemm_tile(t, 6144, 3072, sm90, 0, /*biased=*/true);
+    EXPECT_TRUE(plain.fits) << plain.explanation;
+    EXPECT_FALSE(biased.fits) << gemm_tile_name(t);
+    EXPECT_NE(biased.explanation.find("no biased epilogue instance"), std::string::npos) << biased.explanation;
+  }
+  EXPECT_GT(without, 0);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{6144, 3072}, {3072, 3072}, {5888, 2944}, {2944, 2944}})
+    for (double tpe : {0.03, 0.5, 4.0, 16.0, 32.0, 64.0, 128.0, 256.0}) {
+      const int t = rank_gemm_tiles(n, k, sm90, tpe, 128, 132, /*biased=*/true);
+      ASSERT_GE(t, 0) << n << " x " << k << " at " << tpe;
+      EXPECT_TRUE(kGemmTiles[t].biased_instance) << gemm_tile_name(t) << " for " << n << " x " << k << " at " << tpe;
+      EXPECT_TRUE(fit_gemm_tile(t, n, k, sm90, 0, true).fits) << gemm_tile_name(t);
+    }
+}
+
+// Where no 256-row tile divides N (2944), the warpgroup-MMA preference falls
+// back to the 128-row warp-specialized tiles instead of 32-token mma.sync ones.
+TEST(GemmPlan, WarpgroupPreferenceFallsBackTo128RowTiles) {
+  const SmemBudget sm90 = budget_of(find_arch("sm_90"));
+  EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(2944, 2944, sm90, 32.0, 128, 132)), "bm128_nt64_bk128_mt1_c1_ws");
+  EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(2944, 2944, sm90, 64.0, 128, 132)), "bm128_nt128_bk128_mt1_c1_ws");
+  // where a 256-row tile divides N the choice is as before
+  EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(4096, 6144, sm90, 32.0, 256, 132)), "bm256_nt64_bk256_mt1_c1_ws_e16");
+}
+
 }  // namespace
 }  // namespace fp4moe::plan
