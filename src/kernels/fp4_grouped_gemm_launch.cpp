@@ -46,8 +46,7 @@ DeviceState& current_device() {
   return s;
 }
 
-// CTAs of tile `tile` with `smem` bytes resident on the whole device (kernel
-// attribute raised and occupancy measured once per tile and size).
+// Tile `tile`'s kernel, instance e.
 KernelFn tile_kernel(int tile, EpilogueInstance e) {
   return plan::kGemmTiles[tile].warp_specialized ? ws_kernel(tile, e) : all_warps_kernel(tile, e);
 }
@@ -61,7 +60,9 @@ void allow_smem(DeviceState& ds, int tile, EpilogueInstance e, int64_t smem) {
   allowed = smem;
 }
 
-// (both instances of a tile take the same shared memory; the plain one's occupancy stands for both)
+// CTAs of tile `tile` with `smem` bytes resident on the whole device (kernel
+// attribute raised and occupancy measured once per tile and size; both
+// instances of a tile take the same shared memory: the plain one's stands for both).
 int resident_ctas(DeviceState& ds, int tile, int64_t smem) {
   const KernelFn fn = tile_kernel(tile, EpilogueInstance::plain);
   const size_t ti = static_cast<size_t>(tile);
@@ -93,7 +94,6 @@ int resident_ctas(DeviceState& ds, int tile, int64_t smem) {
   return ds.occupancy[ti];
 }
 
-// The planner's verdict on a launch; a launch it rejects is an error carrying its explanation.
 // A launch with biases or the clamped SwiGLU runs the biased epilogue instance.
 bool is_biased(const GroupedGemmArgs& a) { return a.bias || a.activation != GemmActivation::silu; }
 

@@ -23,11 +23,11 @@ namespace fp4moe {
 namespace {
 
 // The experts' GEMM1 and GEMM2 weights prepared at [2 I', H'] and [H', I']
-// (H' and I' padded: hidden and width), with their biases when the model has them.
-ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts, int64_t hidden, int64_t width,
-                           const MoeConfig& cfg) {
-  // the clamped SwiGLU runs in the biased epilogue instance: zero biases where the model has none
-  const bool biased = cfg.expert_bias, biased_gemm1 = biased || cfg.activation != Activation::swiglu;
+// (H' and I' padded: hidden and width), with their biases when `biased`.
+ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts, int64_t hidden, int64_t width, bool biased,
+                           Activation activation) {
+  // the clamped SwiGLU runs in the biased epilogue instance: zero biases where the experts have none
+  const bool biased_gemm1 = biased || activation != Activation::swiglu;
   std::vector<const Fp4Matrix*> gate, up, down;
   std::vector<const std::vector<float>*> gate_bias, up_bias, down_bias;
   for (size_t i = 0; i < experts.size(); ++i) {
@@ -161,14 +161,14 @@ MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions
   }
   std::vector<const ExpertWeights*> routed;
   for (const ExpertWeights& e : w.experts) routed.push_back(&e);
-  m.routed = std::make_unique<ExpertPair>(prepare_experts(routed, m.hidden_padded, m.intermediate_padded, cfg));
+  m.routed = std::make_unique<ExpertPair>(prepare_experts(routed, m.hidden_padded, m.intermediate_padded, cfg.expert_bias, cfg.activation));
   if (cfg.shared_expert) {
     FP4MOE_CHECK(w.shared.gate.rows == cfg.shared_intermediate && w.shared.gate.cols == cfg.hidden &&
                      w.shared.down.rows == cfg.hidden && w.shared.down.cols == cfg.shared_intermediate,
                  "MoeLayer: the shared expert has gate [" << w.shared.gate.rows << ", " << w.shared.gate.cols << "], down ["
                                                           << w.shared.down.rows << ", " << w.shared.down.cols
                                                           << "]; the model needs width " << cfg.shared_intermediate);
-    m.shared = std::make_unique<ExpertPair>(prepare_experts({&w.shared}, m.hidden_padded, cfg.shared_intermediate, MoeConfig{}));
+    m.shared = std::make_unique<ExpertPair>(prepare_experts({&w.shared}, m.hidden_padded, cfg.shared_intermediate, false, cfg.activation));
   }
   if (cfg.use_correction_bias) {
     FP4MOE_CHECK(int64_t(w.correction_bias.size()) == cfg.num_experts,
