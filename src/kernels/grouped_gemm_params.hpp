@@ -43,12 +43,18 @@ struct KernelParams {
   float swiglu_limit, swiglu_alpha;
 };
 
+// Activation boxes of 8 << j rows, j < kRowBoxMaps (8 to 128 rows): an item
+// whose K loop is narrower than nt gets its width as a sum of them.
+inline constexpr int kRowBoxMaps = 5;
+
 // The tensor maps a warp-specialized tile's producer copies through (TMA):
-// the activation rows in expert order (nt-row boxes), and the
-// prepared weights and block scales, so that a stage is one copy per operand.
+// the activation rows in expert order (nt-row boxes, and the narrower ones of
+// x_rows where 8 << j < nt), and the prepared weights and block scales, so
+// that a stage is one copy per operand (a few for narrowed activations).
 // Every kernel takes them; the all-warps tiles get zeroed ones.
 struct TensorMaps {
   CUtensorMap x, weights, scales;
+  CUtensorMap x_rows[kRowBoxMaps];
 };
 using KernelFn = void (*)(KernelParams, TensorMaps);
 

@@ -150,18 +150,18 @@ struct WsMainloop {
   }
 
   // The item's K loop multiplies the smallest of the tile's widths that covers
-  // its rows (ragged routing leaves many short chunks; columns past the rows are
-  // never stored). Chosen once per item, around the whole pipeline: a branch
-  // around each wgmma would make ptxas serialize them (C7520).
+  // its rows (GemmTile::k_loop_columns; ragged routing leaves many short chunks,
+  // and columns past the rows are never stored). Chosen once per item, around
+  // the whole pipeline: a branch around each wgmma would make ptxas serialize
+  // them (C7520).
   __device__ __forceinline__ void k_loop_for_rows(int rows, int kt0, int kt1) const {
-    if constexpr (T.narrows_k_loop()) {
-      if (rows <= T.k_loop_width(0)) k_loop<T.k_loop_width(0)>(kt0, kt1);
-      else if (rows <= T.k_loop_width(1)) k_loop<T.k_loop_width(1)>(kt0, kt1);
-      else if (T.k_loop_width(2) < T.nt && rows <= T.k_loop_width(2)) k_loop<T.k_loop_width(2)>(kt0, kt1);
-      else k_loop<T.nt>(kt0, kt1);
-    } else {
-      k_loop<T.nt>(kt0, kt1);
-    }
+    constexpr plan::GemmTile tile = T;  // a local copy: device code cannot take kGemmTiles' address
+    k_loop_of_width(tile.k_loop_columns(rows), kt0, kt1, std::make_integer_sequence<int, plan::GemmTile::kKLoopWidths>{});
+  }
+  template <int... I>
+  __device__ __forceinline__ void k_loop_of_width(int columns, int kt0, int kt1, std::integer_sequence<int, I...>) const {
+    // the first width equal to `columns` (a tile's list may repeat nt)
+    (void)((columns == T.k_loop_width(I) ? (k_loop<T.k_loop_width(I)>(kt0, kt1), true) : false) || ...);
   }
 
   // After an item's K loop: its wgmma done and the last slot released, or the

@@ -35,6 +35,36 @@ struct WsProducer {
     async::tensor_copy_2d(st + L.scale_offset(), &maps.scales, kt * T.bk, rowgroup0, bar);
   }
 
+  // The activation rows of K stage kt of an item whose rows start at row0,
+  // `columns` of them (its K-loop width): one box per 64-k atom where that is
+  // nt, else a sum of narrower boxes (x_rows), placed in expert order.
+  // Cluster tiles: each CTA multicasts its share of the atoms to all.
+  __device__ void copy_stage_activations(uint8_t* st, int kt, int row0, int columns, uint64_t* bar) const {
+#pragma unroll
+    for (int a = 0; a < kActAtoms; ++a) {
+      if (kCluster > 1 && a % kCluster != sched.cluster_rank()) continue;
+      uint8_t* dst = st + L.act_offset() + a * (T.nt * 128);
+      const int k0 = kt * T.bk + a * 64;
+      if (columns == T.nt) {
+        copy_activation_box(dst, &maps.x, k0, row0, bar);
+      } else {
+        int r = 0;  // 8-row multiples keep every box on a whole 1024-byte swizzle atom
+#pragma unroll
+        for (int j = kRowBoxMaps - 1; j >= 0; --j)
+          if ((8 << j) < T.nt && (columns & (8 << j))) {
+            copy_activation_box(dst + r * 128, &maps.x_rows[j], k0, row0 + r, bar);
+            r += 8 << j;
+          }
+      }
+    }
+  }
+  __device__ void copy_activation_box(uint8_t* dst, const CUtensorMap* map, int k0, int row0, uint64_t* bar) const {
+    if constexpr (kCluster > 1)
+      async::tensor_copy_2d_multicast(dst, map, k0, row0, bar, kClusterMask);
+    else
+      async::tensor_copy_2d(dst, map, k0, row0, bar);
+  }
+
   // Before the previous kernel has finished (thread 0): the weights of this
   // CTA's first item's first stages (WsSchedule::early_stages), ring slots 0.. in order.
   __device__ void ask_first_stages_early() const {
@@ -57,8 +87,11 @@ struct WsProducer {
     for (int it = sched.first_item(); it < items; it += sched.item_stride()) {
       const WorkItem w = sched.item(it, parts);
       if (w.rows <= 0) continue;  // the consumers skip it too
-      // (an activation box counts all nt rows; those past the end of x are zero-filled)
-      const uint32_t tx = p.probe == GemmProbe::math_only ? 0u : kStageTx + kActStageBytes;
+      // Activation rows: the item's K-loop width (a box counts all its rows;
+      // those past the end of x are zero-filled). The first item's early
+      // stages were armed for all nt rows before its rows were known.
+      constexpr plan::GemmTile tile = T;  // a local copy: device code cannot take kGemmTiles' address
+      const int columns = tile.k_loop_columns(w.rows);
       const int kt_first = sched.kt_begin(it % parts, parts), kt_end = sched.kt_begin(it % parts + 1, parts);
       for (int kt = kt_first; kt < kt_end; ++kt) {
         // the first item's first `pre` stages: weights and scales already asked for, slot free
@@ -66,20 +99,13 @@ struct WsProducer {
         if (!early) ring.wait_empty(c);
         uint8_t* st = sched.smem + c.slot * L.smem_bytes_per_stage();
         if (lane == 0) {
-          if (!early) async::mbarrier_arrive_expect_tx(&ring.full[c.slot], tx);
+          const int stage_columns = early ? T.nt : columns;
+          if (!early)
+            async::mbarrier_arrive_expect_tx(
+                &ring.full[c.slot], p.probe == GemmProbe::math_only ? 0u : kStageTx + uint32_t(stage_columns) * T.bk * 2);
           if (p.probe != GemmProbe::math_only) {
             if (!early) copy_stage_weights(st, kt, w, &ring.full[c.slot]);
-#pragma unroll
-            for (int a = 0; a < kActAtoms; ++a) {
-              uint8_t* dst = st + L.act_offset() + a * (T.nt * 128);
-              if constexpr (kCluster > 1) {
-                // each CTA of the cluster multicasts its share of the atoms to all
-                if (a % kCluster == sched.cluster_rank())
-                  async::tensor_copy_2d_multicast(dst, &maps.x, kt * T.bk + a * 64, w.row0, &ring.full[c.slot], kClusterMask);
-              } else {
-                async::tensor_copy_2d(dst, &maps.x, kt * T.bk + a * 64, w.row0, &ring.full[c.slot]);
-              }
-            }
+            copy_stage_activations(st, kt, w.row0, stage_columns, &ring.full[c.slot]);
           }
         }
         c.advance(ring.stages);

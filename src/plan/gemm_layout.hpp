@@ -50,6 +50,12 @@ struct GemmTile {
   // Warp-specialized tiles: tokens staged per epilogue pass (0: epilogue_rows()'s
   // default). A smaller staging tile leaves room for more stages.
   int epilogue_token_rows = 0;
+  // K-loop widths in steps of this many token columns (step, 2 step, .., nt),
+  // where not 0: an item's wgmma then follows its rows to within a step, so a
+  // tile whose chunk holds a whole decode-sized expert (128 rows: its weights
+  // dequantized once) multiplies no more columns than the expert has (rounded
+  // up to the step). 0: the widths of k_loop_width's rule below.
+  int k_loop_step = 0;
   // The tile has a biased epilogue instance (expert biases, gpt-oss's clamped
   // SwiGLU): false where that instance spills registers (the tiles of 128+
   // accumulators per thread and multi-pass staging, and four consumer
@@ -78,10 +84,11 @@ struct GemmTile {
   // __launch_bounds__ (multiples of 8); warp-specialized tiles short of it move
   // registers from the producer (72; 40 where four consumer warpgroups share the
   // SM's registers or 144+ accumulators per thread spill at 216; 24, the least,
-  // where three CTAs share them) to the consumers (setmaxnreg).
+  // where three CTAs share them or four consumer warpgroups hold 64+
+  // accumulators each, which spill at 104) to the consumers (setmaxnreg).
   constexpr int register_cap() const { return (65536 / (threads() * ctas_per_sm)) / 8 * 8; }
   constexpr int producer_registers() const {
-    return register_cap() < 64 ? 24 : register_cap() < 128 || accumulators_per_thread() > 128 ? 40 : 72;
+    return register_cap() < 64 || (consumer_warpgroups() == 4 && accumulators_per_thread() >= 64) ? 24 : register_cap() < 128 || accumulators_per_thread() > 128 ? 40 : 72;
   }
   constexpr int consumer_registers() const {
     const int r = (threads() * register_cap() - kProducerThreads * producer_registers()) / (threads() - kProducerThreads) / 8 * 8;
@@ -104,16 +111,28 @@ struct GemmTile {
   // columns past the rows are never stored. Widths nt/4, nt/2, 3nt/4 and nt; on
   // two-block wgmma tiles (a fourth copy of their pipeline spills registers)
   // nt/2, 5nt/8 and nt (their 64-token chunks hold 57..72 tokens); where chunks
-  // are shorter than nt, chunk/2, chunk and nt (the last chunk's extra rows).
-  // wgmma atoms exist for every N in 16s; mma.sync takes n8 tiles in pairs.
-  constexpr bool narrows_k_loop() const { return warp_specialized && (wgmma ? nt >= 64 : nt >= 32); }
+  // are shorter than nt, chunk/2, chunk and nt (the last chunk's extra rows);
+  // with a k_loop_step, every multiple of it up to nt.
+  // wgmma atoms exist for every N in 8s; mma.sync takes n8 tiles in pairs.
+  static constexpr int kKLoopWidths = 8;  // k_loop_width(0 .. 7); the last is nt
+  constexpr bool narrows_k_loop() const { return warp_specialized && (k_loop_step > 0 || (wgmma ? nt >= 64 : nt >= 32)); }
   constexpr int k_loop_width(int i) const {
+    if (k_loop_step > 0) return (i + 1) * k_loop_step < nt ? (i + 1) * k_loop_step : nt;
     const bool two_block_wgmma = wgmma && warp_m_tiles > 1, chunked = chunk() < nt;
     const int w0 = chunked ? chunk() / 2 / 16 * 16 : two_block_wgmma ? nt / 2 : nt / 4;
     const int w1 = chunked ? chunk() : two_block_wgmma ? 5 * nt / 8 : nt / 2;
     const bool three_quarters = narrows_k_loop() && !two_block_wgmma && (3 * nt / 4) % (wgmma ? 16 : 8) == 0;
     const int w2 = three_quarters ? 3 * nt / 4 : nt;
     return !narrows_k_loop() ? nt : i == 0 ? w0 : i == 1 ? w1 : i == 2 ? w2 : nt;
+  }
+  // The K-loop width of an item of `rows` rows: the consumers multiply this many
+  // token columns and the producer copies this many activation rows per stage
+  // (the rest of the stage's nt rows would be read from L2 for nothing).
+  constexpr int k_loop_columns(int rows) const {
+    if (!narrows_k_loop()) return nt;
+    for (int i = 0; i + 1 < kKLoopWidths; ++i)
+      if (rows <= k_loop_width(i)) return k_loop_width(i);
+    return nt;
   }
   // Tiles of 136+ accumulators per thread read the item, its split and the
   // item count again after the K loop (a binary search in shared memory):
@@ -196,6 +215,11 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136_cl2", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136, .cluster_n = 2, .biased_instance = false},
     // Three CTAs per SM: a GEMM of a few hundred single-token items runs in one round.
     {.name = "bm128_nt8_bk256_mt1_c3_ws_sync", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 3, .warp_specialized = true},
+    // 8 to 64 tokens per expert: chunks of 128, so an expert of up to 128 rows is
+    // one item (its weights dequantized once), the K loop as wide as its rows in
+    // steps of 16 and its activation copies as narrow. Four consumer warpgroups
+    // of 64 accumulators each: the producer keeps 24 registers so that they get 112.
+    {.name = "bm256_nt128_bk128_mt1_c1_ws_w16", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 16},
 };
 inline constexpr int kNumGemmTiles = sizeof(kGemmTiles) / sizeof(kGemmTiles[0]);
 
@@ -306,6 +330,10 @@ constexpr bool gemm_tiles_valid() {
     if (t.cluster_n > 1 && (!t.warp_specialized || !t.wgmma || t.splits_k() || (t.bk / 64) % t.cluster_n)) return false;
     if (t.wgmma && !t.warp_specialized &&
         (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64))
+      return false;
+    // widths in steps: wgmma atoms of N in 16s, at most kKLoopWidths of them
+    if (t.k_loop_step < 0 || (t.k_loop_step > 0 && (!t.wgmma || !t.warp_specialized || t.k_loop_step % 16 ||
+                                                     t.nt % t.k_loop_step || t.nt / t.k_loop_step > GemmTile::kKLoopWidths)))
       return false;
     if (t.warp_specialized) {
       // wgmma n = nt (the CuTe register-A atoms 8..128); 64 rows per m64 block, warp_m_tiles blocks per

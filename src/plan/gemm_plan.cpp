@@ -193,9 +193,11 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
   // tokens take several chunks, whose weights come from L2). Among tiles of that
   // width: most resident warps, then the deeper pipeline; small bm when there
   // are too few items for the SMs. On sm_90 the warp-specialized tiles, whose
-  // producer keeps the loads off the math warps' issue slots: below ~24 tokens
-  // per expert those with mma.sync consumers; from ~24 the warpgroup-MMA tiles,
-  // 64-token bm256 (four consumer warpgroups) to ~48 (stages of 256 k where K
+  // producer keeps the loads off the math warps' issue slots: below ~12 tokens
+  // per expert those with mma.sync consumers; from ~12 the warpgroup-MMA tiles
+  // (whose activation copies follow each item's rows, so a wide tile reads no
+  // more than the rows it multiplies), 64-token bm256 (four consumer
+  // warpgroups) to ~48 (stages of 256 k where K
   // allows: half the barrier waits), then the 128-token tile with the most weight
   // rows per activation byte; from ~112 its variant whose last chunk per expert
   // takes up to 16 more rows, from ~192 the same with chunks of 136 (fewer
@@ -203,7 +205,7 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
   // columns cover). Under half an item of 256 rows per SM (a single expert, the
   // shared one, at a few hundred tokens): the 128-row tile, which splits K.
   // docs/planner.md has the measurements behind each threshold.
-  if (capacity.cc == 90 && tokens_per_expert >= 24 && !wgmma_switched_off()) {
+  if (capacity.cc == 90 && tokens_per_expert >= 12 && !wgmma_switched_off()) {
     const int64_t rows = int64_t(std::ceil(tokens_per_expert));
     const double items_of_256_rows = double(active_experts) * double(token_chunks(rows, 128, 144)) * double((n + 255) / 256);
     const bool few_items = 2 * items_of_256_rows < sm_count;
@@ -239,7 +241,7 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
     const GemmTileFit p = fit_gemm_tile(i, n, k, capacity, 0, biased);
     if (!p.fits) continue;
     const GemmTile& t = kGemmTiles[i];
-    if (t.wgmma) continue;  // below ~24 tokens per expert only the tuner picks warpgroup-MMA tiles
+    if (t.wgmma) continue;  // below ~12 tokens per expert only the tuner picks warpgroup-MMA tiles
     const double chunks = double(t.chunks_of(int64_t(std::ceil(std::max(1.0, tokens_per_expert)))));
     const double items = double(active_experts) * chunks * double(n / t.bm);
     const double resident = double(t.ctas_per_sm) * sm_count, rounds = std::ceil(items / resident);

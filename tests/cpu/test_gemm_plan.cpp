@@ -56,17 +56,17 @@ TEST(GemmPlan, EveryTargetHasAFittingTileForGlm5) {
 
 TEST(GemmPlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
   for (const Arch& arch : all_archs()) {
-    for (double tpe : {4.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0}) {
+    for (double tpe : {4.0, 8.0, 12.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0}) {
       const int t = rank_gemm_tiles(4096, 6144, budget_of(arch), tpe, 256, 132);
       ASSERT_GE(t, 0) << arch.name << " " << tpe;
-      // sm_90: warp-specialized at every size, with warpgroup MMA from 24 tokens per expert:
+      // sm_90: warp-specialized at every size, with warpgroup MMA from 12 tokens per expert:
       // 64-token tiles below 48, 128-token tiles above, from 112 the one whose last chunk takes 16 more rows,
       // from 192 its chunks of 136
       EXPECT_EQ(kGemmTiles[t].warp_specialized, arch.cc == 90) << arch.name << " tokens/expert " << tpe << ": "
                                                                   << gemm_tile_name(t);
-      EXPECT_EQ(kGemmTiles[t].wgmma, arch.cc == 90 && tpe >= 24) << arch.name << " tokens/expert " << tpe << ": "
+      EXPECT_EQ(kGemmTiles[t].wgmma, arch.cc == 90 && tpe >= 12) << arch.name << " tokens/expert " << tpe << ": "
                                                                      << gemm_tile_name(t);
-      if (arch.cc == 90 && tpe >= 24) {
+      if (arch.cc == 90 && tpe >= 12) {
         EXPECT_EQ(kGemmTiles[t].nt, tpe >= 112 ? 144 : tpe >= 48 ? 128 : 64) << gemm_tile_name(t);
         EXPECT_EQ(kGemmTiles[t].chunk(), tpe >= 192 ? 136 : tpe >= 48 ? 128 : 64) << gemm_tile_name(t);
         EXPECT_EQ(kGemmTiles[t].bk, tpe >= 48 ? 128 : 256) << gemm_tile_name(t);  // K = 6144 takes stages of 256
@@ -265,6 +265,43 @@ TEST(GemmPlan, TokenChunksCoverEveryRowWithinTheTile) {
       }
     }
   }
+}
+
+// An item's K-loop width (the columns its wgmma multiply and the activation
+// rows its producer copies) is the smallest of the tile's widths that covers
+// its rows; on a tile with a k_loop_step it is the rows rounded up to the step,
+// and such a tile's chunk holds a whole expert of up to nt rows (one item: its
+// weights dequantized once).
+TEST(GemmPlan, KLoopWidthFollowsTheRows) {
+  for (int i = 0; i < kNumGemmTiles; ++i) {
+    const GemmTile& t = kGemmTiles[i];
+    int previous = 0;
+    for (int rows = 1; rows <= t.nt; ++rows) {
+      const int w = t.k_loop_columns(rows);
+      EXPECT_GE(w, rows) << gemm_tile_name(i) << " rows " << rows;
+      EXPECT_LE(w, t.nt) << gemm_tile_name(i) << " rows " << rows;
+      EXPECT_EQ(w % 8, 0) << gemm_tile_name(i) << " rows " << rows;  // whole 8-row activation boxes
+      EXPECT_GE(w, previous) << gemm_tile_name(i) << " rows " << rows;
+      previous = w;
+      if (t.k_loop_step > 0) {
+        EXPECT_EQ(w, (rows + t.k_loop_step - 1) / t.k_loop_step * t.k_loop_step) << gemm_tile_name(i);
+      }
+      if (!t.narrows_k_loop()) {
+        EXPECT_EQ(w, t.nt) << gemm_tile_name(i);
+      }
+    }
+  }
+  const int w16 = gemm_tile_index("bm256_nt128_bk128_mt1_c1_ws_w16");
+  ASSERT_GE(w16, 0);
+  const GemmTile& t = kGemmTiles[w16];
+  EXPECT_EQ(t.chunks_of(128), 1);
+  EXPECT_EQ(t.chunks_of(129), 2);
+  EXPECT_EQ(t.k_loop_columns(1), 16);
+  EXPECT_EQ(t.k_loop_columns(33), 48);
+  EXPECT_EQ(t.k_loop_columns(100), 112);
+  // four consumer warpgroups of 64 accumulators: the producer keeps the least so that they get 112
+  EXPECT_EQ(t.producer_registers(), 24);
+  EXPECT_EQ(t.consumer_registers(), 112);
 }
 
 // GEMMs with biases (gpt-oss) run only on tiles with a biased epilogue

@@ -213,7 +213,7 @@ plan::SmemBudget device_capacity() {
 }
 
 // The counts, and chunks that take each narrowed K loop (3/4 of nt = 24, 48, 96 tokens: 20, 24, 40, 90)
-const std::vector<int> kCounts = {0, 1, 2, 3, 7, 8, 15, 16, 31, 33, 64, 65, 128, 20, 24, 40, 90};
+const std::vector<int> kCounts = {0, 1, 2, 3, 7, 8, 15, 16, 31, 33, 64, 65, 128, 20, 24, 40, 90, 100, 250};
 
 // The warp-specialized tiles the planner accepts for [n, k] on this device; on sm_90 at least one must.
 std::vector<int> warp_specialized_tiles(int64_t n, int64_t k, const plan::SmemBudget& budget) {
