@@ -226,8 +226,9 @@ void launch_fp4_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& launch,
     maps.weights = weight_tensor_map(a.weights, a.num_experts, a.n, a.k, tile);
     maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile);
     maps.x = activation_tensor_map(kp.x, a.permuted_rows, a.k, tile.nt);
-    for (int j = 0; j < detail::kRowBoxMaps && (8 << j) < tile.nt; ++j)
-      if (tile.narrows_k_loop()) maps.x_rows[j] = activation_tensor_map(kp.x, a.permuted_rows, a.k, 8 << j);
+    if (tile.narrows_k_loop())  // an item narrower than nt copies its rows in boxes of 8 << j
+      for (int j = 0; j < detail::kRowBoxMaps && (8 << j) < tile.nt; ++j)
+        maps.x_rows[j] = activation_tensor_map(kp.x, a.permuted_rows, a.k, 8 << j);
     set_k_splits(kp, a, launch, grid);
     // (only where the launch may overlap its predecessor: without dependent
     // launch nothing is gained, and isolated launches measured slower with it)

@@ -68,9 +68,9 @@ template <> struct RsAtom<48> { using type = cute::SM90::GMMA::MMA_64x48x16_F32B
 template <> struct RsAtom<80> { using type = cute::SM90::GMMA::MMA_64x80x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 template <> struct RsAtom<64> { using type = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 template <> struct RsAtom<96> { using type = cute::SM90::GMMA::MMA_64x96x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<112> { using type = cute::SM90::GMMA::MMA_64x112x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 template <> struct RsAtom<136> { using type = cute::SM90::GMMA::MMA_64x136x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 template <> struct RsAtom<144> { using type = cute::SM90::GMMA::MMA_64x144x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<112> { using type = cute::SM90::GMMA::MMA_64x112x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 template <> struct RsAtom<128> { using type = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 
 // accumulate = false: D = A * B (the accumulators' old values are ignored).

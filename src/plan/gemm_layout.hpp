@@ -215,7 +215,7 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136_cl2", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136, .cluster_n = 2, .biased_instance = false},
     // Three CTAs per SM: a GEMM of a few hundred single-token items runs in one round.
     {.name = "bm128_nt8_bk256_mt1_c3_ws_sync", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 3, .warp_specialized = true},
-    // 8 to 64 tokens per expert: chunks of 128, so an expert of up to 128 rows is
+    // Decode sizes, for the tuner: chunks of 128, so an expert of up to 128 rows is
     // one item (its weights dequantized once), the K loop as wide as its rows in
     // steps of 16 and its activation copies as narrow. Four consumer warpgroups
     // of 64 accumulators each: the producer keeps 24 registers so that they get 112.
