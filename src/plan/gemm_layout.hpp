@@ -75,8 +75,11 @@ struct GemmTile {
 
   // ---- policies ----
   // Split-K (plan/split_k.hpp): warp-specialized tiles, but not warpgroup tiles
-  // of more than 128 accumulators per thread, whose split sum would spill registers.
-  constexpr bool splits_k() const { return warp_specialized && !(wgmma && accumulators_per_thread() > 128); }
+  // of more than 128 accumulators per thread, whose split sum would spill
+  // registers, nor cluster tiles (both CTAs of a cluster walk the same items).
+  constexpr bool splits_k() const {
+    return warp_specialized && cluster_n == 1 && !(wgmma && accumulators_per_thread() > 128);
+  }
   // Activations in the 128-byte-swizzled K-major layout that wgmma descriptors
   // and TMA boxes use; ldmatrix reads it without bank conflicts too.
   constexpr bool swizzled_activations() const { return wgmma || warp_specialized; }
@@ -220,6 +223,9 @@ inline constexpr GemmTile kGemmTiles[] = {
     // steps of 16 and its activation copies as narrow. Four consumer warpgroups
     // of 64 accumulators each: the producer keeps 24 registers so that they get 112.
     {.name = "bm256_nt128_bk128_mt1_c1_ws_w16", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 16},
+    // Decode sizes in clusters of two N tiles sharing the activations (multicast).
+    {.name = "bm256_nt64_bk256_mt1_c1_ws_e16_cl2", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .epilogue_token_rows = 16, .biased_instance = false},
+    {.name = "bm256_nt128_bk128_mt2_c1_ws_cl2", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .biased_instance = false},
 };
 inline constexpr int kNumGemmTiles = sizeof(kGemmTiles) / sizeof(kGemmTiles[0]);
 
@@ -322,12 +328,12 @@ constexpr bool gemm_tiles_valid() {
     if (t.chunk() > t.nt || (t.chunk() < t.nt && (!t.wgmma || !t.warp_specialized || t.chunk() % 8 || t.chunk() < 64)))
       return false;
     if (t.ctas_per_sm < 1 || t.max_stages < GemmSmemLayout::kMinStages || t.max_stages > 8) return false;
-    // clusters: warp-specialized wgmma tiles without split-K (both CTAs walk the same items and K
-    // stages), whose stage's 64-k activation atoms divide among the cluster's CTAs
+    // clusters: warp-specialized wgmma tiles (they do not split K: splits_k), whose
+    // stage's 64-k activation atoms divide among the cluster's CTAs
     if (t.cluster_n < 1 || t.cluster_n > 2) return false;
     if (t.epilogue_token_rows < 0 || (t.epilogue_token_rows > 0 && (!t.warp_specialized || t.epilogue_token_rows % 8)))
       return false;
-    if (t.cluster_n > 1 && (!t.warp_specialized || !t.wgmma || t.splits_k() || (t.bk / 64) % t.cluster_n)) return false;
+    if (t.cluster_n > 1 && (!t.warp_specialized || !t.wgmma || (t.bk / 64) % t.cluster_n)) return false;
     if (t.wgmma && !t.warp_specialized &&
         (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64))
       return false;

@@ -199,7 +199,9 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
   // more than the rows it multiplies), 64-token bm256 (four consumer
   // warpgroups) to ~48 (stages of 256 k where K
   // allows: half the barrier waits), then the 128-token tile with the most weight
-  // rows per activation byte; from ~112 its variant whose last chunk per expert
+  // rows per activation byte; both in clusters of two N tiles sharing each
+  // stage's activations where N has whole pairs of 256-row tiles (half the
+  // activation bytes from L2 per CTA: less power at the cap); from ~112 its variant whose last chunk per expert
   // takes up to 16 more rows, from ~192 the same with chunks of 136 (fewer
   // ragged items; below that its 136-column loop runs for chunks that 128
   // columns cover). Under half an item of 256 rows per SM (a single expert, the
@@ -220,7 +222,9 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
         {gemm_tile_index("bm128_nt128_bk128_mt1_c1_ws"), 48, true},
         {gemm_tile_index("bm256_nt144_bk128_mt2_c1_ws_ch136"), 192, false},
         {gemm_tile_index("bm256_nt144_bk128_mt2_c1_ws_ch128"), 112, false},
+        {gemm_tile_index("bm256_nt128_bk128_mt2_c1_ws_cl2"), 48, false},
         {gemm_tile_index("bm256_nt128_bk128_mt2_c1_ws"), 48, false},
+        {gemm_tile_index("bm256_nt64_bk256_mt1_c1_ws_e16_cl2"), 0, false},
         {gemm_tile_index("bm256_nt64_bk256_mt1_c1_ws_e16"), 0, false},
         {gemm_tile_index("bm256_nt64_bk128_mt1_c1_ws"), 0, false},
         // where no 256-row tile divides N (gpt-oss padded to 128: 2944)

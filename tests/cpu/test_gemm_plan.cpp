@@ -336,7 +336,20 @@ TEST(GemmPlan, WarpgroupPreferenceFallsBackTo128RowTiles) {
   EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(2944, 2944, sm90, 32.0, 128, 132)), "bm128_nt64_bk128_mt1_c1_ws");
   EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(2944, 2944, sm90, 64.0, 128, 132)), "bm128_nt128_bk128_mt1_c1_ws");
   // where a 256-row tile divides N the choice is as before
-  EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(4096, 6144, sm90, 32.0, 256, 132)), "bm256_nt64_bk256_mt1_c1_ws_e16");
+  EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(4096, 6144, sm90, 32.0, 256, 132)), "bm256_nt64_bk256_mt1_c1_ws_e16_cl2");
+}
+
+// The 64- and 128-token warpgroup tiles run in clusters of two N tiles where N
+// holds whole pairs of 256-row tiles, and alone where it does not (23 tiles).
+TEST(GemmPlan, RankingTakesClustersOfTwoWhereNHasWholePairs) {
+  const SmemBudget sm90 = budget_of(find_arch("sm_90"));
+  for (int64_t n : {int64_t(4096), int64_t(6144), int64_t(5888)}) {
+    const bool pairs = (n / 256) % 2 == 0;
+    const std::string suffix = pairs ? "_cl2" : "";
+    EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(n, 6144, sm90, 16.0, 256, 132)), "bm256_nt64_bk256_mt1_c1_ws_e16" + suffix) << n;
+    EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(n, 6144, sm90, 32.0, 256, 132)), "bm256_nt64_bk256_mt1_c1_ws_e16" + suffix) << n;
+    EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(n, 6144, sm90, 64.0, 256, 132)), "bm256_nt128_bk128_mt2_c1_ws" + suffix) << n;
+  }
 }
 
 }  // namespace
