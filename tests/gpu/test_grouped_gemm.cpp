@@ -230,14 +230,15 @@ TEST(GpuGroupedGemm, EveryTileEveryTokenCount) {
   FP4MOE_REQUIRE_GPU();
   int ran = 0;
   for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
-    if (!plan::plan_gemm_tile(tile, 256, 2048, device_capacity()).fits) {
+    const int64_t n = 256 * plan::kGemmTiles[tile].cluster_n;  // a cluster's CTAs take adjacent N tiles
+    if (!plan::plan_gemm_tile(tile, n, 2048, device_capacity()).fits) {
       // Refused before launch, with the planner's explanation.
-      EXPECT_THROW(run_case(Fp4Format::nvfp4, 256, 2048, {1}, tile, device_capacity(), 1), Error);
+      EXPECT_THROW(run_case(Fp4Format::nvfp4, n, 2048, {1}, tile, device_capacity(), 1), Error);
       continue;
     }
     ++ran;
     for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4}) {
-      const CaseResult r = run_case(f, 256, 2048, kCounts, tile, device_capacity(), 11 + tile, Rows::gathered, -1, -1, false,
+      const CaseResult r = run_case(f, n, 2048, kCounts, tile, device_capacity(), 11 + tile, Rows::gathered, -1, -1, false,
                                     /*weight_seed=*/11);
       EXPECT_EQ(r.unwritten, 0) << plan::gemm_tile_name(tile) << " " << to_string(f);
       EXPECT_LT(r.rel_err, 1e-2) << plan::gemm_tile_name(tile) << " " << to_string(f);
@@ -246,7 +247,7 @@ TEST(GpuGroupedGemm, EveryTileEveryTokenCount) {
     }
     if (plan::kGemmTiles[tile].warp_specialized)
     {
-      const CaseResult r = run_case(Fp4Format::nvfp4, 256, 2048, kCounts, tile, device_capacity(), 19 + tile, Rows::contiguous,
+      const CaseResult r = run_case(Fp4Format::nvfp4, n, 2048, kCounts, tile, device_capacity(), 19 + tile, Rows::contiguous,
                                     -1, -1, false, /*weight_seed=*/19);
       EXPECT_EQ(r.unwritten, 0) << plan::gemm_tile_name(tile) << " contiguous rows";
       EXPECT_LT(r.rel_err, 1e-2) << plan::gemm_tile_name(tile) << " contiguous rows";
