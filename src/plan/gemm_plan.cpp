@@ -201,8 +201,9 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
   // allows: half the barrier waits), then the 128-token tile with the most weight
   // rows per activation byte; both in clusters of two N tiles sharing each
   // stage's activations where N has whole pairs of 256-row tiles (half the
-  // activation bytes from L2 per CTA: less power at the cap); from ~112 its variant whose last chunk per expert
-  // takes up to 16 more rows, from ~192 the same with chunks of 136 (fewer
+  // activation bytes from L2 per CTA: less power at the cap) and the items are
+  // not few (cluster tiles do not split K); from ~112 its variant whose last
+  // chunk per expert takes up to 16 more rows, from ~192 the same with chunks of 136 (fewer
   // ragged items; below that its 136-column loop runs for chunks that 128
   // columns cover). Under half an item of 256 rows per SM (a single expert, the
   // shared one, at a few hundred tokens): the 128-row tile, which splits K.
@@ -235,6 +236,7 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
                   "a preferred tile is not in kGemmTiles");
     for (const Preferred& want : kPreferred) {
       if (tokens_per_expert < want.from_tokens_per_expert || (want.only_for_few_items && !few_items)) continue;
+      if (few_items && !kGemmTiles[want.tile].splits_k() && kGemmTiles[want.tile].cluster_n > 1) continue;
       if (fit_gemm_tile(want.tile, n, k, capacity, 0, biased).fits) return want.tile;
     }
   }

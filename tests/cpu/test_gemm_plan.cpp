@@ -335,7 +335,7 @@ TEST(GemmPlan, WarpgroupPreferenceFallsBackTo128RowTiles) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
   EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(2944, 2944, sm90, 32.0, 128, 132)), "bm128_nt64_bk128_mt1_c1_ws");
   EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(2944, 2944, sm90, 64.0, 128, 132)), "bm128_nt128_bk128_mt1_c1_ws");
-  // where a 256-row tile divides N the choice is as before
+  // where 256-row tiles divide N: the 64-token one (in clusters of two: 16 N tiles)
   EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(4096, 6144, sm90, 32.0, 256, 132)), "bm256_nt64_bk256_mt1_c1_ws_e16_cl2");
 }
 
@@ -350,6 +350,11 @@ TEST(GemmPlan, RankingTakesClustersOfTwoWhereNHasWholePairs) {
     EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(n, 6144, sm90, 32.0, 256, 132)), "bm256_nt64_bk256_mt1_c1_ws_e16" + suffix) << n;
     EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(n, 6144, sm90, 64.0, 256, 132)), "bm256_nt128_bk128_mt2_c1_ws" + suffix) << n;
   }
+  // A single expert (the shared one) of 16 N tiles is few items: the tile alone,
+  // whose K splits over the SMs, not the cluster tile, which cannot split it.
+  const int single = rank_gemm_tiles(4096, 6144, sm90, 32.0, 1, 132);
+  EXPECT_EQ(gemm_tile_name(single), "bm256_nt64_bk256_mt1_c1_ws_e16");
+  EXPECT_TRUE(kGemmTiles[single].splits_k());
 }
 
 }  // namespace
