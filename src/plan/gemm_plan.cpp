@@ -236,7 +236,7 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
                   "a preferred tile is not in kGemmTiles");
     for (const Preferred& want : kPreferred) {
       if (tokens_per_expert < want.from_tokens_per_expert || (want.only_for_few_items && !few_items)) continue;
-      if (few_items && !kGemmTiles[want.tile].splits_k() && kGemmTiles[want.tile].cluster_n > 1) continue;
+      if (few_items && kGemmTiles[want.tile].cluster_n > 1) continue;  // the tile alone splits K; a cluster tile cannot
       if (fit_gemm_tile(want.tile, n, k, capacity, 0, biased).fits) return want.tile;
     }
   }
