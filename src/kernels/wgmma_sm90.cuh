@@ -8,7 +8,7 @@
 #include <utility>
 
 #include <cute/arch/mma_sm90_gmma.hpp>
-#include <cute/arch/mma_sm90_gmma_ext.hpp>  // the N = 48, 80, 136 and 144 atoms
+#include <cute/arch/mma_sm90_gmma_ext.hpp>  // the N = 24, 40, 48, 56, 80, 136 and 144 atoms
 
 namespace fp4moe::kernels::wgmma {
 
@@ -63,8 +63,11 @@ __device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "
 template <int N> struct RsAtom;
 template <> struct RsAtom<8> { using type = cute::SM90::GMMA::MMA_64x8x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 template <> struct RsAtom<16> { using type = cute::SM90::GMMA::MMA_64x16x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<24> { using type = cute::SM90::GMMA::MMA_64x24x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 template <> struct RsAtom<32> { using type = cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<40> { using type = cute::SM90::GMMA::MMA_64x40x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 template <> struct RsAtom<48> { using type = cute::SM90::GMMA::MMA_64x48x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<56> { using type = cute::SM90::GMMA::MMA_64x56x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 template <> struct RsAtom<80> { using type = cute::SM90::GMMA::MMA_64x80x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 template <> struct RsAtom<64> { using type = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
 template <> struct RsAtom<96> { using type = cute::SM90::GMMA::MMA_64x96x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };

@@ -88,10 +88,11 @@ struct GemmTile {
   // registers from the producer (72; 40 where four consumer warpgroups share the
   // SM's registers or 144+ accumulators per thread spill at 216; 24, the least,
   // where three CTAs share them or four consumer warpgroups hold 64+
-  // accumulators each, which spill at 104) to the consumers (setmaxnreg).
+  // accumulators each or run the eight K-loop copies of a k_loop_step, which
+  // spill at 104) to the consumers (setmaxnreg).
   constexpr int register_cap() const { return (65536 / (threads() * ctas_per_sm)) / 8 * 8; }
   constexpr int producer_registers() const {
-    return register_cap() < 64 || (consumer_warpgroups() == 4 && accumulators_per_thread() >= 64) ? 24 : register_cap() < 128 || accumulators_per_thread() > 128 ? 40 : 72;
+    return register_cap() < 64 || (consumer_warpgroups() == 4 && (accumulators_per_thread() >= 64 || k_loop_step > 0)) ? 24 : register_cap() < 128 || accumulators_per_thread() > 128 ? 40 : 72;
   }
   constexpr int consumer_registers() const {
     const int r = (threads() * register_cap() - kProducerThreads * producer_registers()) / (threads() - kProducerThreads) / 8 * 8;
@@ -226,6 +227,11 @@ inline constexpr GemmTile kGemmTiles[] = {
     // Decode sizes in clusters of two N tiles sharing the activations (multicast).
     {.name = "bm256_nt64_bk256_mt1_c1_ws_e16_cl2", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .epilogue_token_rows = 16, .biased_instance = false},
     {.name = "bm256_nt128_bk128_mt2_c1_ws_cl2", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .biased_instance = false},
+    // The 64-token cluster tile with the K loop as wide as the rows in steps of 8
+    // (16 to 48 rows waste 3.5 columns on average instead of 7.5 with widths 16,
+    // 32, 48, 64), for the tuner: twice the K-loop copies, and on the router's
+    // routing the layer was no faster (docs/kernels.md).
+    {.name = "bm256_nt64_bk256_mt1_c1_ws_e16_w8_cl2", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .epilogue_token_rows = 16, .k_loop_step = 8, .biased_instance = false},
 };
 inline constexpr int kNumGemmTiles = sizeof(kGemmTiles) / sizeof(kGemmTiles[0]);
 
@@ -337,8 +343,9 @@ constexpr bool gemm_tiles_valid() {
     if (t.wgmma && !t.warp_specialized &&
         (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64))
       return false;
-    // widths in steps: wgmma atoms of N in 16s, at most kKLoopWidths of them
-    if (t.k_loop_step < 0 || (t.k_loop_step > 0 && (!t.wgmma || !t.warp_specialized || t.k_loop_step % 16 ||
+    // widths in steps: wgmma atoms of N in 8s (wgmma_sm90.cuh has those up to 64 and the 16s above), at most
+    // kKLoopWidths of them
+    if (t.k_loop_step < 0 || (t.k_loop_step > 0 && (!t.wgmma || !t.warp_specialized || t.k_loop_step % (t.nt <= 64 ? 8 : 16) ||
                                                      t.nt % t.k_loop_step || t.nt / t.k_loop_step > GemmTile::kKLoopWidths)))
       return false;
     if (t.warp_specialized) {
