@@ -229,8 +229,8 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm256_nt128_bk128_mt2_c1_ws_cl2", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .biased_instance = false},
     // The 64-token cluster tile with the K loop as wide as the rows in steps of 8
     // (16 to 48 rows waste 3.5 columns on average instead of 7.5 with widths 16,
-    // 32, 48, 64), for the tuner: twice the K-loop copies, and on the router's
-    // routing the layer was no faster (docs/kernels.md).
+    // 32, 48, 64), for the tuner; twice the K-loop copies, which the ranking
+    // does not take (docs/kernels.md, "K-loop widths in 8s").
     {.name = "bm256_nt64_bk256_mt1_c1_ws_e16_w8_cl2", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .epilogue_token_rows = 16, .k_loop_step = 8, .biased_instance = false},
 };
 inline constexpr int kNumGemmTiles = sizeof(kGemmTiles) / sizeof(kGemmTiles[0]);
