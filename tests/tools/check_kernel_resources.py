@@ -32,7 +32,17 @@ KERNEL = re.compile(r"Compiling entry function '.*(?:fp4_grouped_gemm_kernel|fp4
 INSTANCES = {0: "", 1: " biased"}
 
 
-advisories = []
+advisories = []  # (source, code, message, tile index or None, instance)
+
+# ptxas advisories known on a tile, with why they are not failures; any other fails.
+KNOWN_ADVISORIES = {
+    # four consumer warpgroups of 64 accumulators at 112 registers each (the SM's
+    # 64K over five warpgroups, the producer at the least, 24): every register a
+    # running wgmma could use is taken; the tile is a tuner candidate only
+    # (docs/kernels.md, "Each expert dequantized once").
+    ("bm256_nt128_bk128_mt1_c1_ws_w16", "C7512"): "wgmma serialized for registers; tuner candidate only",
+}
+TILE_OF_FUNCTION = re.compile(r"ILi(\d+)E\w*?EpilogueInstanceE(\d)E")
 
 
 def ptxas_report(build, source, cmds, report):
@@ -62,9 +72,12 @@ def ptxas_report(build, source, cmds, report):
     cur = None
     for line in res.stderr.splitlines():
         # e.g. C7513: wgmma serialized because registers a running wgmma reads were redefined
-        m = re.search(r"\((C75\d\d)\) Potential Performance Loss: (.*?) in the function '(\S+)'", line)
+        # "... in the function '...'"; C7512: "... due to insufficient register resources for the function '...'"
+        m = re.search(r"\((C75\d\d)\) Potential Performance Loss: (.*?) (?:in|for) the function '(\S+)'", line)
         if m:
-            advisories.append(f"{source}: {m.group(1)} {m.group(2)} ({m.group(3)[:80]})")
+            t = TILE_OF_FUNCTION.search(m.group(3))
+            advisories.append((source, m.group(1), m.group(2), int(t.group(1)) if t else None,
+                               int(t.group(2)) if t else 0, m.group(3)[:80]))
             continue
         m = KERNEL.search(line)
         if m:
@@ -190,7 +203,14 @@ def main():
                         failures.append(f"{sm} {p['tile']}: a biased instance was compiled for a tile without one")
                     continue
                 checked += check_one(f"{sm} {p['tile']}{suffix}", report.get((sm, idx, inst)), p, failures)
-    failures += [f"ptxas performance advisory: {a}" for a in advisories]
+    names = {i: p["tile"] for i, p in enumerate(plans)}  # the tile list is the same on every target
+    for source, code, message, tile, inst, function in advisories:
+        name = names.get(tile, function)
+        known = KNOWN_ADVISORIES.get((name, code))
+        if known:
+            print(f"known ptxas advisory: {name}{INSTANCES[inst]} {code} ({known})")
+        else:
+            failures.append(f"ptxas performance advisory: {source}: {name}{INSTANCES[inst]} {code} {message}")
     for f in failures:
         print("FAIL:", f)
     print(f"{checked} kernel/target pairs checked, {len(failures)} failures")
