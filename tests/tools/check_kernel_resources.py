@@ -43,6 +43,32 @@ KNOWN_ADVISORIES = {
     ("bm256_nt128_bk128_mt1_c1_ws_w16", "C7512"): "wgmma serialized for registers; tuner candidate only",
 }
 TILE_OF_FUNCTION = re.compile(r"ILi(\d+)E\w*?EpilogueInstanceE(\d)E")
+# ptxas words it "... in the function '...'" (C7513: registers a running wgmma
+# reads were redefined) or "... for the function '...'" (C7512: insufficient
+# register resources).
+ADVISORY = re.compile(r"\((C75\d\d)\) Potential Performance Loss: (.*?) (?:in|for) the function '(\S+)'")
+
+
+def parse_advisory(line):
+    """(code, message, tile index or None, epilogue instance, function) of a ptxas advisory line, or None."""
+    m = ADVISORY.search(line)
+    if not m:
+        return None
+    t = TILE_OF_FUNCTION.search(m.group(3))
+    return m.group(1), m.group(2), int(t.group(1)) if t else None, int(t.group(2)) if t else 0, m.group(3)
+
+
+def judge_advisories(found, tile_names):
+    """Known advisories (printed) and failures, from (source, code, message, tile, instance, function)."""
+    known, failures = [], []
+    for source, code, message, tile, inst, function in found:
+        name = tile_names.get(tile, function[:80])
+        why = KNOWN_ADVISORIES.get((name, code))
+        if why:
+            known.append(f"{name}{INSTANCES[inst]} {code} ({why})")
+        else:
+            failures.append(f"ptxas performance advisory: {source}: {name}{INSTANCES[inst]} {code} {message}")
+    return known, failures
 
 
 def ptxas_report(build, source, cmds, report):
@@ -71,13 +97,9 @@ def ptxas_report(build, source, cmds, report):
         sys.exit("check_kernel_resources: compile failed:\n" + res.stderr[-3000:])
     cur = None
     for line in res.stderr.splitlines():
-        # e.g. C7513: wgmma serialized because registers a running wgmma reads were redefined
-        # "... in the function '...'"; C7512: "... due to insufficient register resources for the function '...'"
-        m = re.search(r"\((C75\d\d)\) Potential Performance Loss: (.*?) (?:in|for) the function '(\S+)'", line)
-        if m:
-            t = TILE_OF_FUNCTION.search(m.group(3))
-            advisories.append((source, m.group(1), m.group(2), int(t.group(1)) if t else None,
-                               int(t.group(2)) if t else 0, m.group(3)[:80]))
+        a = parse_advisory(line)
+        if a:
+            advisories.append((source, *a))
             continue
         m = KERNEL.search(line)
         if m:
@@ -203,14 +225,10 @@ def main():
                         failures.append(f"{sm} {p['tile']}: a biased instance was compiled for a tile without one")
                     continue
                 checked += check_one(f"{sm} {p['tile']}{suffix}", report.get((sm, idx, inst)), p, failures)
-    names = {i: p["tile"] for i, p in enumerate(plans)}  # the tile list is the same on every target
-    for source, code, message, tile, inst, function in advisories:
-        name = names.get(tile, function)
-        known = KNOWN_ADVISORIES.get((name, code))
-        if known:
-            print(f"known ptxas advisory: {name}{INSTANCES[inst]} {code} ({known})")
-        else:
-            failures.append(f"ptxas performance advisory: {source}: {name}{INSTANCES[inst]} {code} {message}")
+    known, advisory_failures = judge_advisories(advisories, {i: p["tile"] for i, p in enumerate(plans)})
+    for k in known:
+        print("known ptxas advisory:", k)
+    failures += advisory_failures
     for f in failures:
         print("FAIL:", f)
     print(f"{checked} kernel/target pairs checked, {len(failures)} failures")
