@@ -32,7 +32,7 @@ KERNEL = re.compile(r"Compiling entry function '.*(?:fp4_grouped_gemm_kernel|fp4
 INSTANCES = {0: "", 1: " biased"}
 
 
-advisories = []  # (source, code, message, tile index or None, instance)
+advisories = []  # (source, code, message, tile index or None, instance, function)
 
 # ptxas advisories known on a tile, with why they are not failures; any other fails.
 KNOWN_ADVISORIES = {

@@ -15,8 +15,7 @@ FUNCTION = ("_ZN6fp4moe7kernels60_GLOBAL__N__47a889ca_27_fp4_grouped_gemm_ws_sm9
             "fp4_grouped_gemm_ws_kernelILi{tile}ELNS0_6detail16EpilogueInstanceE{inst}EEEvNS3_12KernelParamsENS3_10TensorMapsE")
 C7512 = ("ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
          "insufficient register resources for the function '{f}'")
-C7513 = ("ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
-         "the presence of Extern calls in the function '{f}'")
+C7513 = "ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized in the function '{f}'"
 
 
 class Advisories(unittest.TestCase):
