@@ -27,8 +27,10 @@ ARCHS = {"sm_80": "sm80", "sm_90a": "sm90", "sm_120a": "sm120"}
 
 # Each tile has two kernel instances (the plain epilogue and the biased one):
 # the tile index and the EpilogueInstance are the template arguments.
-KERNEL = re.compile(r"Compiling entry function '.*(?:fp4_grouped_gemm_kernel|fp4_grouped_gemm_ws_kernel)ILi(\d+)E"
-                    r"L\w*?EpilogueInstanceE(\d)E.*' for '(sm_\w+)'")
+TILE_ARGUMENTS = r"ILi(\d+)EL\w*?EpilogueInstanceE(\d)E"  # in a kernel's mangled name
+TILE_OF_FUNCTION = re.compile(TILE_ARGUMENTS)
+KERNEL = re.compile(r"Compiling entry function '.*(?:fp4_grouped_gemm_kernel|fp4_grouped_gemm_ws_kernel)" + TILE_ARGUMENTS +
+                    r".*' for '(sm_\w+)'")
 INSTANCES = {0: "", 1: " biased"}
 
 
@@ -42,7 +44,6 @@ KNOWN_ADVISORIES = {
     # (docs/kernels.md, "Each expert dequantized once").
     ("bm256_nt128_bk128_mt1_c1_ws_w16", "C7512"): "wgmma serialized for registers; tuner candidate only",
 }
-TILE_OF_FUNCTION = re.compile(r"ILi(\d+)E\w*?EpilogueInstanceE(\d)E")
 # ptxas words it "... in the function '...'" (C7513: registers a running wgmma
 # reads were redefined) or "... for the function '...'" (C7512: insufficient
 # register resources).
