@@ -17,6 +17,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 #include <set>
 #include <thread>
@@ -104,14 +105,36 @@ RoutedBatch batch_of(const MoeConfig& cfg, const Routing& r) {
   return b;
 }
 
-RoutedBatch route_random(const MoeConfig& cfg, int64_t T, uint64_t seed) {
+Routing random_routing(const MoeConfig& cfg, int64_t T, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> d(0.f, 1.f);
   std::vector<float> logits(size_t(T * cfg.num_experts));
   for (float& v : logits) v = d(rng);
   // Uniform random top-k: i.i.d. logits and a zero correction bias.
   const std::vector<float> bias(size_t(cfg.num_experts), 0.f);
-  return batch_of(cfg, route_reference(cfg, logits.data(), T, cfg.use_correction_bias ? bias : std::vector<float>{}));
+  return route_reference(cfg, logits.data(), T, cfg.use_correction_bias ? bias : std::vector<float>{});
+}
+RoutedBatch route_random(const MoeConfig& cfg, int64_t T, uint64_t seed) { return batch_of(cfg, random_routing(cfg, T, seed)); }
+
+// The random routing with its experts renumbered by rows: the kernels walk
+// experts in id order, so these time the same work in another order (the
+// order's share of the time). `sorted`: most rows first, as a largest-first
+// schedule would take them; `mixed`: most and fewest alternating, so the items
+// that run at the same time mix wide and narrow K loops.
+RoutedBatch route_reordered(const MoeConfig& cfg, int64_t T, uint64_t seed, bool mixed) {
+  Routing r = random_routing(cfg, T, seed);
+  std::vector<int64_t> rows(size_t(cfg.num_experts), 0);
+  for (const int32_t e : r.topk_ids) ++rows[size_t(e)];
+  std::vector<int32_t> by_rows(size_t(cfg.num_experts));
+  std::iota(by_rows.begin(), by_rows.end(), 0);
+  std::stable_sort(by_rows.begin(), by_rows.end(), [&](int32_t a, int32_t b) { return rows[size_t(a)] > rows[size_t(b)]; });
+  std::vector<int32_t> order = by_rows;
+  if (mixed)
+    for (size_t i = 0; i < order.size(); ++i) order[i] = by_rows[i % 2 ? order.size() - 1 - i / 2 : i / 2];
+  std::vector<int32_t> new_id(size_t(cfg.num_experts));
+  for (size_t i = 0; i < order.size(); ++i) new_id[size_t(order[i])] = int32_t(i);
+  for (int32_t& e : r.topk_ids) e = new_id[size_t(e)];
+  return batch_of(cfg, r);
 }
 
 // Pair i = t k + j goes to expert (i + shift) mod E: every expert gets T k / E
@@ -166,8 +189,11 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-early-start", early_start,
                "Warp-specialized tiles wait for the previous launch before reading their schedule and weights");
   std::string routing = "random";
-  app.add_option("--routing", routing, "random (i.i.d. top-k) or balanced (every expert T k / E rows: no ragged chunks)")
-      ->check(CLI::IsMember({"random", "balanced"}));
+  app.add_option("--routing", routing,
+                 "random (i.i.d. top-k); sorted or mixed (the same with the experts numbered, in the order the kernels "
+                 "walk them, by rows, most first, or most and fewest alternating); balanced (every expert T k / E rows: "
+                 "no ragged chunks)")
+      ->check(CLI::IsMember({"random", "sorted", "mixed", "balanced"}));
   bool permuted_gemm1 = false;
   app.add_flag("--permuted-gemm1", permuted_gemm1,
                "GEMM1 reads its rows already in expert order (as torch._grouped_mm does) instead of gathering them");
@@ -258,7 +284,10 @@ int main(int argc, char** argv) {
               std::max(bytes / (ceil.copy_tb_per_s * 1e12), flops / (ceil.bf16_tflop_per_s * 1e12)) * 1e3};
         };
         auto route = [&](size_t i) {
-          return routing == "balanced" ? route_balanced(cfg, T, 37 * i) : route_random(cfg, T, 1000 + uint64_t(T) + 7919 * i);
+          const uint64_t seed = 1000 + uint64_t(T) + 7919 * i;
+          return routing == "balanced" ? route_balanced(cfg, T, 37 * i)
+                 : routing == "random"   ? route_random(cfg, T, seed)
+                                         : route_reordered(cfg, T, seed, routing == "mixed");
         };
         std::vector<RoutedBatch> rbs{route(0)};
         const int routings = rotate > 0 ? rotate : std::clamp(int(std::ceil(0.25 / floor_of(rbs[0])[2])), 1, 16);
