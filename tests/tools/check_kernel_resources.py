@@ -39,8 +39,8 @@ advisories = []  # (source, code, message, tile index or None, instance, functio
 # ptxas advisories known on a tile, with why they are not failures; any other fails.
 KNOWN_ADVISORIES = {
     # four consumer warpgroups of 64 accumulators at 112 registers each (the SM's
-    # 64K over five warpgroups, the producer at the least, 24): every register a
-    # running wgmma could use is taken; the tile is a tuner candidate only
+    # 64K over five warpgroups, the producer at the least, 24); its eight K-loop
+    # copies need 136 (one fits 112). The tile is a tuner candidate only
     # (docs/kernels.md, "Each expert dequantized once").
     ("bm256_nt128_bk128_mt1_c1_ws_w16", "C7512"): "wgmma serialized for registers; tuner candidate only",
 }
