@@ -33,6 +33,7 @@
 #include "runtime/ceilings.hpp"
 #include "runtime/cublas_peer.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/report_json.hpp"
 #include "runtime/steady_timing.hpp"
 #include "runtime/timing.hpp"
 
@@ -228,8 +229,11 @@ int main(int argc, char** argv) {
     }
 
     fmt::print("device: {} (sm_{}, {} SMs)\n", dev.name, dev.cc, dev.sm_count);
-    const Ceilings ceil = measure_ceilings();
-    fmt::print("ceilings: copy {:.3f} TB/s, cuBLAS bf16 {:.1f} TFLOP/s\n", ceil.copy_tb_per_s, ceil.bf16_tflop_per_s);
+    const Ceilings ceil = measure_ceilings(warm_seconds);
+    fmt::print("ceilings at steady state: copy {:.3f} TB/s, cuBLAS bf16 {:.1f} TFLOP/s ({:.0f} MHz, {:.0f} W); "
+               "at the start: {:.3f} TB/s, {:.1f} TFLOP/s\n",
+               ceil.copy_tb_per_s, ceil.bf16_tflop_per_s, ceil.gemm_sensors.sm_clock_mhz_median,
+               ceil.gemm_sensors.power_w_median, ceil.copy_tb_per_s_burst, ceil.bf16_tflop_per_s_burst);
 
     cudaStream_t stream;
     FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream));
@@ -238,7 +242,7 @@ int main(int argc, char** argv) {
     report["device"] = dev.name;
     report["cc"] = dev.cc;
     report["sm_count"] = dev.sm_count;
-    report["ceilings"] = {{"copy_tb_per_s", ceil.copy_tb_per_s}, {"bf16_tflop_per_s", ceil.bf16_tflop_per_s}};
+    report["ceilings"] = ceilings_json(ceil);
     report["cooldown_ms_before_retime"] = cooldown_ms;
     report["warm_seconds"] = warm_seconds;
     report["model"] = cfg.name;
@@ -279,9 +283,7 @@ int main(int argc, char** argv) {
           const double out_bytes = double(rb.pairs) * double(g.n) * 2;
           const double bytes = weight_bytes + act_in + out_bytes;
           const double flops = 2.0 * double(rb.pairs) * double(g.n) * double(g.k);
-          return std::array<double, 3>{
-              bytes, flops,
-              std::max(bytes / (ceil.copy_tb_per_s * 1e12), flops / (ceil.bf16_tflop_per_s * 1e12)) * 1e3};
+          return std::array<double, 4>{bytes, flops, floor_ms(ceil, bytes, flops), floor_ms(ceil, bytes, flops, true)};
         };
         auto route = [&](size_t i) {
           const uint64_t seed = 1000 + uint64_t(T) + 7919 * i;
@@ -295,14 +297,14 @@ int main(int argc, char** argv) {
         const RoutedBatch& rb = rbs[0];
         std::vector<DeviceBuffer<int32_t>> doffs, dgathers;
         std::vector<kernels::GroupedGemmArgs> args;
-        double bytes = 0, flops = 0, floor_ms = 0, active = 0;  // per launch: the mean over the routings
+        double bytes = 0, flops = 0, case_floor_ms = 0, burst_floor_ms = 0, active = 0;  // per launch: the mean over the routings
         int64_t max_rows = 0;
         std::vector<std::vector<int32_t>> counts_rotation;
         for (const RoutedBatch& r : rbs) {
           doffs.emplace_back(r.offsets);
           dgathers.emplace_back(r.gather);
           const auto f = floor_of(r);
-          bytes += f[0] / routings, flops += f[1] / routings, floor_ms += f[2] / routings;
+          bytes += f[0] / routings, flops += f[1] / routings, case_floor_ms += f[2] / routings, burst_floor_ms += f[3] / routings;
           active += double(r.active) / routings;
           max_rows = std::max(max_rows, r.max_rows);
           counts_rotation.push_back(r.counts);
@@ -362,6 +364,8 @@ int main(int argc, char** argv) {
         const SteadyTiming steady = time_gemm_steady(args, best_launch, workspace.get(), stream, reps, warm_seconds, cooldown_ms);
         const TimingStats& best = steady.steady;
         const json steady_json = {{"burst_ms", steady.burst.median_ms},
+                                  {"burst_floor_ms", burst_floor_ms},
+                                  {"burst_floor_fraction", burst_floor_ms / steady.burst.median_ms},
                                   {"sm_clock_mhz_median", steady.sensors.sm_clock_mhz_median},
                                   {"sm_clock_mhz_min", steady.sensors.sm_clock_mhz_min},
                                   {"power_w_median", steady.sensors.power_w_median},
@@ -396,12 +400,13 @@ int main(int argc, char** argv) {
 
         if (skip_peers) {
           fmt::print("{} T={} tile {}: {:.4f} ms over {} routings ({:.4f} ms one launch per graph, eager {:.4f} ms, grid {}; "
-                     "after idle {:.4f} ms; SM {:.0f} MHz, {:.0f} W)\n",
+                     "after idle {:.4f} ms; SM {:.0f} MHz, {:.0f} W; {:.1f}% of the floor, after idle {:.1f}%)\n",
                      g.name, T, plan::gemm_tile_name(best_tile), best.median_ms, routings, single.median_ms, eager.median_ms,
                      kernels::gemm_launch_grid(best_launch), steady.burst.median_ms, steady.sensors.sm_clock_mhz_median,
-                     steady.sensors.power_w_median);
+                     steady.sensors.power_w_median, 100 * case_floor_ms / best.median_ms,
+                     100 * burst_floor_ms / steady.burst.median_ms);
           cases.push_back({{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
-                           {"bytes", bytes}, {"flops", flops}, {"floor_ms", floor_ms},
+                           {"bytes", bytes}, {"flops", flops}, {"floor_ms", case_floor_ms},
                            {"best_tile", plan::gemm_tile_name(best_tile)}, {"grid", kernels::gemm_launch_grid(best_launch)},
                            {"median_ms", best.median_ms}, {"min_ms", best.min_ms}, {"max_ms", best.max_ms}, {"routings", routings},
                            {"single_launch_ms", single.median_ms}, {"eager_ms", eager.median_ms},
@@ -417,14 +422,14 @@ int main(int argc, char** argv) {
 
         json c = {{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
                   {"active_experts", active}, {"max_rows_per_expert", max_rows}, {"bytes", bytes},
-                  {"flops", flops}, {"floor_ms", floor_ms}, {"grid", kernels::gemm_launch_grid(best_launch)},
+                  {"flops", flops}, {"floor_ms", case_floor_ms}, {"grid", kernels::gemm_launch_grid(best_launch)},
                   {"default_tile", plan::gemm_tile_name(def_tile)},
                   {"default_ms", default_ms}, {"best_tile", plan::gemm_tile_name(best_tile)},
                   {"median_ms", best.median_ms}, {"min_ms", best.min_ms}, {"max_ms", best.max_ms},
                   {"routings", routings}, {"single_launch_ms", single.median_ms},
                   {"eager_ms", eager.median_ms}, {"tb_per_s", bytes / (best.median_ms * 1e-3) / 1e12},
                   {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12},
-                  {"floor_fraction", floor_ms / best.median_ms}, {"cublas_bf16_ms", tb.median_ms},
+                  {"floor_fraction", case_floor_ms / best.median_ms}, {"cublas_bf16_ms", tb.median_ms},
                   {"speedup_vs_cublas", tb.median_ms / best.median_ms},
                   {"dense_fraction", tflops / ceil.bf16_tflop_per_s},
                   {"bf16_tflop_per_s_adjacent", dense_adjacent}, {"dense_fraction_adjacent", tflops / dense_adjacent},
@@ -433,10 +438,11 @@ int main(int argc, char** argv) {
                   {"tiles", tiles}, {"diagnostics", diag}, {"steady", steady_json},
                   {"counts", rb.counts}, {"counts_rotation", counts_rotation}};  // counts: the first routing's
         cases.push_back(c);
-        fmt::print("{} T={:5d} active {:5.1f} max/expert {:4d}  {:8.4f} ms at steady state (after idle {:.4f}; SM {:.0f} MHz, {:.0f} W) ({}, {} routings)  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  dense bf16 {:5.1f}% (beside it: {:.0f} TFLOP/s, {:5.1f}%)  cuBLAS {:8.4f} ms ({:4.2f}x)  loads-only {:.4f} compute-only {:.4f} no-output {:.4f} (full / compute-only {:.2f}x)\n",
-                   g.name, T, active, max_rows, best.median_ms, steady.burst.median_ms, steady.sensors.sm_clock_mhz_median,
+        fmt::print("{} T={:5d} active {:5.1f} max/expert {:4d}  {:8.4f} ms at steady state (after idle {:.4f} = {:5.1f}% of its floor; SM {:.0f} MHz, {:.0f} W) ({}, {} routings)  {:5.2f} TB/s {:6.1f} TFLOP/s  floor {:.4f} ms = {:5.1f}%  dense bf16 {:5.1f}% (beside it: {:.0f} TFLOP/s, {:5.1f}%)  cuBLAS {:8.4f} ms ({:4.2f}x)  loads-only {:.4f} compute-only {:.4f} no-output {:.4f} (full / compute-only {:.2f}x)\n",
+                   g.name, T, active, max_rows, best.median_ms, steady.burst.median_ms,
+                   100 * burst_floor_ms / steady.burst.median_ms, steady.sensors.sm_clock_mhz_median,
                    steady.sensors.power_w_median, plan::gemm_tile_name(best_tile), routings,
-                   bytes / (best.median_ms * 1e-3) / 1e12, tflops, floor_ms, 100 * floor_ms / best.median_ms,
+                   bytes / (best.median_ms * 1e-3) / 1e12, tflops, case_floor_ms, 100 * case_floor_ms / best.median_ms,
                    100 * tflops / ceil.bf16_tflop_per_s, dense_adjacent, 100 * tflops / dense_adjacent, tb.median_ms, tb.median_ms / best.median_ms,
                    diag["loads_only_ms"].get<double>(), diag["compute_only_ms"].get<double>(), diag["no_output_ms"].get<double>(),
                    diag.value("full_over_compute_only", 0.0));

@@ -1,12 +1,15 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
-#include <memory>
+#include <algorithm>
+#include <cmath>
 
+#include "fp4moe/error.hpp"
 #include "runtime/ceilings.hpp"
 #include "runtime/cublas_check.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/steady_timing.hpp"
 #include "runtime/timing.hpp"
 
 namespace fp4moe {
@@ -49,47 +52,86 @@ void fill_random_bytes(void* dst, int64_t bytes, uint64_t seed, uint8_t lo, uint
   FP4MOE_CHECK_LAUNCH("fill_bytes_kernel");
 }
 
+namespace {
+
+// The dense GEMM of the ceiling: C = A B, M = N = K = n, bf16 in and out, fp32 accumulation.
+class DenseGemm {
+ public:
+  DenseGemm(int64_t n, cudaStream_t stream) : n_(n), a_(size_t(n * n)), b_(size_t(n * n)), c_(size_t(n * n)) {
+    fill_random_bf16(a_.get(), n * n, 2, 1.f, stream);
+    fill_random_bf16(b_.get(), n * n, 3, 1.f, stream);
+    FP4MOE_CUBLAS_CHECK(cublasCreate(&handle_));
+    FP4MOE_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+  }
+  ~DenseGemm() { cublasDestroy(handle_); }
+  DenseGemm(const DenseGemm&) = delete;
+  DenseGemm& operator=(const DenseGemm&) = delete;
+  void run() const {
+    const float alpha = 1.f, beta = 0.f;
+    const int n = int(n_);
+    FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a_.get(), CUDA_R_16BF, n, b_.get(),
+                                     CUDA_R_16BF, n, &beta, c_.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+  }
+  double tflop_per_s(double ms) const { return 2.0 * double(n_) * double(n_) * double(n_) / (ms * 1e-3) / 1e12; }
+
+ private:
+  int64_t n_;
+  DeviceBuffer<__nv_bfloat16> a_, b_, c_;
+  cublasHandle_t handle_ = nullptr;
+};
+
+struct OwnedStream {
+  cudaStream_t s = nullptr;
+  OwnedStream() { FP4MOE_CUDA_CHECK(cudaStreamCreate(&s)); }
+  ~OwnedStream() { cudaStreamDestroy(s); }
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+};
+
+}  // namespace
+
 double measure_bf16_tflop_per_s(int gemm_size) {
-  const int64_t n = gemm_size;
-  // owned: a failed check below throws, and this runs once per benchmark case
-  cudaStream_t raw_stream;
-  FP4MOE_CUDA_CHECK(cudaStreamCreate(&raw_stream));
-  const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream(raw_stream, &cudaStreamDestroy);
-  DeviceBuffer<__nv_bfloat16> A(size_t(n * n)), B(size_t(n * n)), C(size_t(n * n));
-  fill_random_bf16(A.get(), n * n, 2, 1.f, stream.get());
-  fill_random_bf16(B.get(), n * n, 3, 1.f, stream.get());
-  cublasHandle_t raw_handle;
-  FP4MOE_CUBLAS_CHECK(cublasCreate(&raw_handle));
-  const std::unique_ptr<cublasContext, decltype(&cublasDestroy)> handle(raw_handle, &cublasDestroy);
-  FP4MOE_CUBLAS_CHECK(cublasSetStream(handle.get(), stream.get()));
-  const float alpha = 1.f, beta = 0.f;
-  const TimingStats t = time_on_stream(
-      [&] {
-        FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle.get(), CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &alpha, A.get(),
-                                         CUDA_R_16BF, int(n), B.get(), CUDA_R_16BF, int(n), &beta, C.get(), CUDA_R_16BF,
-                                         int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      },
-      stream.get(), 3, 20);
-  return 2.0 * double(n) * n * n / (t.median_ms * 1e-3) / 1e12;
+  const OwnedStream stream;
+  const DenseGemm gemm(gemm_size, stream.s);
+  return gemm.tflop_per_s(time_on_stream([&] { gemm.run(); }, stream.s, 3, 20).median_ms);
 }
 
-Ceilings measure_ceilings(int64_t copy_bytes, int gemm_size) {
+Ceilings measure_ceilings(double warm_seconds, int64_t copy_bytes, int gemm_size) {
+  FP4MOE_CHECK(warm_seconds >= 0 && std::isfinite(warm_seconds),
+               "ceilings: warm_seconds = " << warm_seconds << " must be finite and at least 0");
   Ceilings c;
+  c.warm_seconds = warm_seconds;
   c.copy_bytes = copy_bytes;
   c.gemm_size = gemm_size;
-  cudaStream_t stream;
-  FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream));
+  const OwnedStream stream;
+  const auto copy_rate = [&](double ms) { return 2.0 * double(copy_bytes) / (ms * 1e-3) / 1e12; };
   {
     DeviceBuffer<uint8_t> a{static_cast<size_t>(copy_bytes)}, b{static_cast<size_t>(copy_bytes)};
-    fill_random_bytes(a.get(), copy_bytes, 1, 0, 255, stream);
-    const TimingStats t = time_on_stream(
-        [&] { FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), size_t(copy_bytes), cudaMemcpyDeviceToDevice, stream)); },
-        stream, 3, 20);
-    c.copy_tb_per_s = 2.0 * double(copy_bytes) / (t.median_ms * 1e-3) / 1e12;
+    fill_random_bytes(a.get(), copy_bytes, 1, 0, 255, stream.s);
+    const auto copy = [&] {
+      FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), size_t(copy_bytes), cudaMemcpyDeviceToDevice, stream.s));
+    };
+    c.copy_tb_per_s_burst = copy_rate(time_on_stream(copy, stream.s, 3, 20).median_ms);
+    const DenseGemm gemm(gemm_size, stream.s);
+    c.bf16_tflop_per_s_burst = gemm.tflop_per_s(time_on_stream([&] { gemm.run(); }, stream.s, 3, 20).median_ms);
+    if (warm_seconds > 0) {
+      const SteadyTiming tc = time_steady(copy, stream.s, warm_seconds, 20);
+      c.copy_tb_per_s = copy_rate(tc.steady.median_ms), c.copy_sensors = tc.sensors;
+      const SteadyTiming tg = time_steady([&] { gemm.run(); }, stream.s, warm_seconds, 20);
+      c.bf16_tflop_per_s = gemm.tflop_per_s(tg.steady.median_ms), c.gemm_sensors = tg.sensors;
+    } else {
+      c.copy_tb_per_s = c.copy_tb_per_s_burst, c.bf16_tflop_per_s = c.bf16_tflop_per_s_burst;
+    }
   }
-  c.bf16_tflop_per_s = measure_bf16_tflop_per_s(gemm_size);
-  FP4MOE_CUDA_CHECK(cudaStreamDestroy(stream));
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream.s));
   return c;
+}
+
+double floor_ms(const Ceilings& c, double bytes, double flops, bool burst) {
+  const double copy = burst ? c.copy_tb_per_s_burst : c.copy_tb_per_s;
+  const double dense = burst ? c.bf16_tflop_per_s_burst : c.bf16_tflop_per_s;
+  return std::max(bytes / (copy * 1e12), flops / (dense * 1e12)) * 1e3;
 }
 
 }  // namespace fp4moe

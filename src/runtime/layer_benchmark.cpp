@@ -14,6 +14,7 @@
 #include "runtime/cublas_peer.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/report_json.hpp"
 #include "runtime/steady_timing.hpp"
 #include "runtime/timing.hpp"
 
@@ -59,7 +60,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
   const int total = int(o.tokens.size()) * (o.skewed ? 2 : 1) + 1;
   int done = 0;
   if (progress) progress(done, total, "ceilings");
-  const Ceilings ceil = measure_ceilings();
+  const Ceilings ceil = measure_ceilings(o.warm_seconds);
   if (progress) progress(++done, total, "ceilings");
 
   LayerOptions lo = o.layer;
@@ -105,9 +106,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
 
     json gemms = json::array();
     double layer_bytes = 2.0 * 2.0 * double(T * H), layer_flops = 0;
-    auto roof = [&](double bytes, double flops) {
-      return std::max(bytes / (ceil.copy_tb_per_s * 1e12), flops / (ceil.bf16_tflop_per_s * 1e12)) * 1e3;
-    };
+    auto roof = [&](double bytes, double flops) { return floor_ms(ceil, bytes, flops); };
     for (const GemmShape& sh : shapes) {
       const double wbytes = double(active) * double(sh.n * sh.k) * fp4_bytes_per_elem;
       const double in_rows = sh.n == 2 * I ? double(T) : double(P), out_cols = sh.n == 2 * I ? double(I) : double(H);
@@ -143,24 +142,23 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
       total_ms += st.median_ms;
       if (st.stage == "gemm1" || st.stage == "gemm2" || st.stage == "shared") gemm_ms += st.median_ms;
     }
-    const double floor_ms = roof(layer_bytes, layer_flops);
+    const double layer_floor_ms = roof(layer_bytes, layer_flops);
+    const double burst_floor_ms = floor_ms(ceil, layer_bytes, layer_flops, /*burst=*/true);
     const double mean_rows = double(P) / double(cfg.num_experts);
     return json{{"tokens", T},
                      {"routing", routing},
                      {"tokens_per_expert", mean_rows},
                      {"active_experts", active},
                      {"max_rows_over_mean", double(*std::max_element(counts.begin(), counts.end())) / mean_rows},
-                     {"sensors", {{"samples", st_time.sensors.samples},
-                                  {"sm_clock_mhz_median", st_time.sensors.sm_clock_mhz_median},
-                                  {"sm_clock_mhz_min", st_time.sensors.sm_clock_mhz_min},
-                                  {"power_w_median", st_time.sensors.power_w_median},
-                                  {"power_w_max", st_time.sensors.power_w_max}}},
+                     {"sensors", sensors_json(st_time.sensors)},
                      {"layer", {{"time", timing_json(lt.median_ms, lt.min_ms, lt.max_ms)},
                                 {"burst_time", timing_json(st_time.burst.median_ms, st_time.burst.min_ms, st_time.burst.max_ms)},
                                 {"bytes", layer_bytes},
                                 {"flops", layer_flops},
-                                {"floor_ms", floor_ms},
-                                {"floor_fraction", floor_ms / lt.median_ms},
+                                {"floor_ms", layer_floor_ms},
+                                {"floor_fraction", layer_floor_ms / lt.median_ms},
+                                {"burst_floor_ms", burst_floor_ms},
+                                {"burst_floor_fraction", burst_floor_ms / st_time.burst.median_ms},
                                 {"tb_per_s", layer_bytes / (lt.median_ms * 1e-3) / 1e12},
                                 {"tflop_per_s", layer_flops / (lt.median_ms * 1e-3) / 1e12},
                                 {"non_gemm_fraction", total_ms > 0 ? 1.0 - gemm_ms / total_ms : 0.0}}},
@@ -197,7 +195,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
           {"shared_intermediate", Is},
           {"finalize", layer.finalize_mode() == FinalizeMode::split ? "split" : "fused"},
           {"split_k", lo.split_k},
-          {"ceilings", {{"copy_tb_per_s", ceil.copy_tb_per_s}, {"bf16_tflop_per_s", ceil.bf16_tflop_per_s}}},
+          {"ceilings", ceilings_json(ceil)},
           {"notes", peer_note},
           {"timing", {{"headline", "steady state: back-to-back CUDA-graph replays for warm_seconds, then timed"},
                       {"warm_seconds", o.warm_seconds},
@@ -231,9 +229,13 @@ std::string layer_bench_csv(const json& r) {
 std::string layer_bench_table(const json& r) {
   std::ostringstream os;
   const json& ce = r.at("ceilings");
-  os << fmt::format("GPU: {}; model {} ({} finalize); ceilings this run: copy {:.2f} TB/s, cuBLAS bf16 {:.0f} TFLOP/s\n",
+  os << fmt::format("GPU: {}; model {} ({} finalize); ceilings this run at steady state: copy {:.2f} TB/s, cuBLAS bf16 {:.0f} TFLOP/s",
                     r["device"].get<std::string>(), r["model"].get<std::string>(), r["finalize"].get<std::string>(),
                     ce["copy_tb_per_s"].get<double>(), ce["bf16_tflop_per_s"].get<double>());
+  if (ce.contains("copy_tb_per_s_burst"))
+    os << fmt::format(" (at the start: {:.2f} TB/s, {:.0f} TFLOP/s)", ce["copy_tb_per_s_burst"].get<double>(),
+                      ce["bf16_tflop_per_s_burst"].get<double>());
+  os << "\n";
   if (r.contains("timing"))
     os << fmt::format("Times at steady state ({:g} s of back-to-back replays before each case); the after-idle burst beside.\n",
                       r["timing"]["warm_seconds"].get<double>());
@@ -241,11 +243,12 @@ std::string layer_bench_table(const json& r) {
     return g.contains(key) ? fmt::format("{:.2f}x", g[key].get<double>()) : std::string("n/a");
   };
   auto table = [&](const json& cases) {
-  os << "\n| T | tokens/expert | max/mean rows | layer ms | % of floor | after idle ms | SM MHz, W | GEMM1 ms (% floor, vs cuBLAS, vs torch) | GEMM2 ms (% floor, vs cuBLAS, vs torch) | non-GEMM share | vs PyTorch layer |\n";
+  os << "\n| T | tokens/expert | max/mean rows | layer ms | % of floor | after idle ms (% of floor) | SM MHz, W | GEMM1 ms (% floor, vs cuBLAS, vs torch) | GEMM2 ms (% floor, vs cuBLAS, vs torch) | non-GEMM share | vs PyTorch layer |\n";
   os << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const json& c : cases) {
     const json& l = c.at("layer");
-    const std::string burst = l.contains("burst_time") ? fmt::format("{:.4f}", l["burst_time"]["median_ms"].get<double>()) : "";
+    std::string burst = l.contains("burst_time") ? fmt::format("{:.4f}", l["burst_time"]["median_ms"].get<double>()) : "";
+    if (l.contains("burst_floor_fraction")) burst += fmt::format(" ({:.0f}%)", 100 * l["burst_floor_fraction"].get<double>());
     const std::string sensors = c.contains("sensors") && c["sensors"]["samples"].get<int>() > 0
                                     ? fmt::format("{:.0f}, {:.0f}", c["sensors"]["sm_clock_mhz_median"].get<double>(),
                                                   c["sensors"]["power_w_median"].get<double>())

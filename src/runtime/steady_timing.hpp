@@ -1,5 +1,5 @@
-// Timing as a busy server runs a kernel: the CUDA graph replayed back to back
-// until the clocks have settled at the power cap, then timed with the SM clock
+// Timing as a busy server runs a kernel: its launches (a CUDA graph's replays)
+// back to back until the clocks have settled at the power cap, then timed with the SM clock
 // and board power sampled beside it. And the after-idle burst, which a busy
 // server never gets, as a second figure.
 #pragma once
@@ -14,32 +14,42 @@
 namespace fp4moe {
 
 struct SteadyTiming {
-  TimingStats steady;  // after warm_seconds of back-to-back replays
+  TimingStats steady;  // after warm_seconds of back-to-back launches
   SensorSummary sensors;
-  TimingStats burst;   // after idle_ms without work (reps_burst replays; zero reps: not taken)
+  TimingStats burst;   // after idle_ms without work (reps_burst launches; zero reps: not taken)
 };
 
-inline SteadyTiming time_graph_steady(const std::function<void()>& enqueue, cudaStream_t stream, double warm_seconds,
-                                      int reps, int idle_ms = 1000, int reps_burst = 10) {
-  enqueue();
-  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const CapturedGraph graph(stream, enqueue);
-  SteadyTiming r;
-  if (reps_burst > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
-    r.burst = time_on_stream([&] { graph.launch(); }, stream, 1, reps_burst);
-  }
+// `launch` run back to back for warm_seconds (16 per synchronization), then
+// `reps` timed launches with the SM clock and board power sampled beside them.
+inline SteadyTiming time_steady(const std::function<void()>& launch, cudaStream_t stream, double warm_seconds, int reps) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   while (std::chrono::duration<double>(clock::now() - t0).count() < warm_seconds) {
-    for (int i = 0; i < 16; ++i) graph.launch();
+    for (int i = 0; i < 16; ++i) launch();
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   int device = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
   GpuSensorSampler sampler(device);
-  r.steady = time_on_stream([&] { graph.launch(); }, stream, 0, reps);
+  SteadyTiming r;
+  r.steady = time_on_stream(launch, stream, 0, reps);
   r.sensors = sampler.stop();
+  return r;
+}
+
+// `enqueue` captured as a CUDA graph: its burst after idle_ms of idle, then its steady state (time_steady).
+inline SteadyTiming time_graph_steady(const std::function<void()>& enqueue, cudaStream_t stream, double warm_seconds,
+                                      int reps, int idle_ms = 1000, int reps_burst = 10) {
+  enqueue();
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const CapturedGraph graph(stream, enqueue);
+  TimingStats burst;
+  if (reps_burst > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
+    burst = time_on_stream([&] { graph.launch(); }, stream, 1, reps_burst);
+  }
+  SteadyTiming r = time_steady([&] { graph.launch(); }, stream, warm_seconds, reps);
+  r.burst = burst;
   return r;
 }
 

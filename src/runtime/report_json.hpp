@@ -1,0 +1,30 @@
+// The pieces of a benchmark report's JSON that every benchmark writes the same
+// way (schema: docs/benchmarks.md).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include "runtime/ceilings.hpp"
+#include "runtime/gpu_sensors.hpp"
+
+namespace fp4moe {
+
+inline nlohmann::json sensors_json(const SensorSummary& s) {
+  return {{"samples", s.samples},
+          {"sm_clock_mhz_median", s.sm_clock_mhz_median},
+          {"sm_clock_mhz_min", s.sm_clock_mhz_min},
+          {"power_w_median", s.power_w_median},
+          {"power_w_max", s.power_w_max}};
+}
+
+// Steady-state ceilings (the headline's floor) with their sensors, and the start-of-run ones (the burst's floor).
+inline nlohmann::json ceilings_json(const Ceilings& c) {
+  return {{"copy_tb_per_s", c.copy_tb_per_s},
+          {"bf16_tflop_per_s", c.bf16_tflop_per_s},
+          {"copy_tb_per_s_burst", c.copy_tb_per_s_burst},
+          {"bf16_tflop_per_s_burst", c.bf16_tflop_per_s_burst},
+          {"copy_sensors", sensors_json(c.copy_sensors)},
+          {"gemm_sensors", sensors_json(c.gemm_sensors)},
+          {"warm_seconds", c.warm_seconds}};
+}
+
+}  // namespace fp4moe
