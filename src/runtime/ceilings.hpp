@@ -32,9 +32,9 @@ Ceilings measure_ceilings(double warm_seconds, int64_t copy_bytes = int64_t(2) <
 // the steady-state ceilings, or at the start-of-run ones (`burst`).
 double floor_ms(const Ceilings& c, double bytes, double flops, bool burst = false);
 
-// The cuBLAS bf16 rate alone (TFLOP/s), as measure_ceilings takes it. Timed beside a
-// case, it is the ceiling at that moment's clocks: on the H200 a long sweep reaches
-// the 700 W cap and the start-of-run rate no longer holds (docs/benchmarks.md).
+// The cuBLAS bf16 rate alone (TFLOP/s), timed as the start-of-run ceiling is (3
+// warm-up and 20 timed runs, no steady state): beside a case, the rate at that
+// moment's clocks (docs/benchmarks.md).
 double measure_bf16_tflop_per_s(int gemm_size = 8192);
 
 // Fills device memory with deterministic pseudo-random values.
