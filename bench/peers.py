@@ -11,12 +11,15 @@ Benchmark tool only: PyTorch is never part of fp4moe.
 import argparse
 import json
 import sys
+import time
 
 
-def timed(torch, fn, reps, graph=False):
+def timed(torch, fn, reps, graph=False, warm_seconds=0.0):
     """Median ms per call. graph=True replays fn captured in a CUDA graph, as
     fp4moe's GEMMs are timed (no host launch cost); falls back to eager calls
-    where fn cannot be captured (data-dependent shapes)."""
+    where fn cannot be captured (data-dependent shapes). warm_seconds: calls
+    back to back for that long first (the steady state at the power cap, as
+    fp4moe's benchmarks time their headline)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -37,6 +40,11 @@ def timed(torch, fn, reps, graph=False):
         except Exception as exc:  # noqa: BLE001 - any capture failure: time eagerly, say so
             print(f"peers: CUDA graph capture failed ({exc}); timing eagerly", file=sys.stderr)
             run = fn
+    start = time.monotonic()
+    while time.monotonic() - start < warm_seconds:
+        for _ in range(16):
+            run()
+        torch.cuda.synchronize()
     ts = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -49,7 +57,7 @@ def timed(torch, fn, reps, graph=False):
     return ts[len(ts) // 2]
 
 
-def grouped_mm_ms(torch, w, counts, k, reps, rotation=None):
+def grouped_mm_ms(torch, w, counts, k, reps, rotation=None, warm_seconds=0.0):
     """torch._grouped_mm per launch; with `rotation` (a list of count vectors,
     bench_grouped_gemm --rotate) one launch per routing, back to back in one graph."""
     dev = w.device
@@ -62,7 +70,7 @@ def grouped_mm_ms(torch, w, counts, k, reps, rotation=None):
         for o in offs:
             torch._grouped_mm(x, wt, offs=o)
 
-    return timed(torch, run, reps, graph=True) / len(routings)
+    return timed(torch, run, reps, graph=True, warm_seconds=warm_seconds) / len(routings)
 
 
 def torch_moe_layer(torch, w13, w2, ws13, ws2, x, ids, wts):
