@@ -97,6 +97,8 @@ def torch_moe_layer(torch, w13, w2, ws13, ws2, x, ids, wts):
 
 
 def layer_peers(torch, rep, reps):
+    """The torch peers of `fp4moe bench`'s cases, at the steady state the run timed fp4moe at."""
+    warm = rep.get("timing", {}).get("warm_seconds", 0.0)
     dev = torch.device("cuda")
     H, I, E, k, Is = rep["hidden"], rep["intermediate"], rep["experts"], rep["top_k"], rep["shared_intermediate"]
     g = torch.Generator(device=dev).manual_seed(3)
@@ -114,12 +116,12 @@ def layer_peers(torch, rep, reps):
             for gm, w in zip(c["gemms"], (w13, w2)):
                 if "time" not in gm:
                     continue
-                gm["torch_ms"] = grouped_mm_ms(torch, w, gm["counts"], gm["k"], reps)
+                gm["torch_ms"] = grouped_mm_ms(torch, w, gm["counts"], gm["k"], reps, warm_seconds=warm)
                 gm["speedup_vs_torch"] = gm["torch_ms"] / gm["time"]["median_ms"]
             x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
             ids = torch.tensor(c["topk_ids"], dtype=torch.int64, device=dev).reshape(T, k)
             wts = torch.tensor(c["topk_weights"], dtype=torch.float32, device=dev).reshape(T, k)
-            c["layer"]["torch_ms"] = timed(torch, lambda: layer(x, ids, wts), reps)
+            c["layer"]["torch_ms"] = timed(torch, lambda: layer(x, ids, wts), reps, warm_seconds=warm)
             c["layer"]["speedup_vs_torch"] = c["layer"]["torch_ms"] / c["layer"]["time"]["median_ms"]
         except Exception as ex:  # report, never hide
             c["torch_error"] = str(ex).splitlines()[0]
@@ -128,6 +130,8 @@ def layer_peers(torch, rep, reps):
 
 
 def gemm_peers(torch, rep, reps):
+    """torch._grouped_mm for bench_grouped_gemm's cases, at the steady state the run timed fp4moe at."""
+    warm = rep.get("warm_seconds", 0.0)
     dev = torch.device("cuda")
     E = rep["experts"]
     weights = {}
@@ -140,7 +144,7 @@ def gemm_peers(torch, rep, reps):
             weights[key] = torch.randn(E, c["n"], c["k"], device=dev, dtype=torch.bfloat16, generator=g) * 0.02
         try:
             c["torch_grouped_mm_ms"] = grouped_mm_ms(torch, weights[key], c["counts"], c["k"], reps,
-                                                     c.get("counts_rotation"))
+                                                     c.get("counts_rotation"), warm_seconds=warm)
             c["speedup_vs_torch"] = c["torch_grouped_mm_ms"] / c["median_ms"]
         except Exception as ex:
             c["torch_error"] = str(ex).splitlines()[0]

@@ -8,6 +8,7 @@
 #include "runtime/ceilings.hpp"
 #include "runtime/cublas_check.hpp"
 #include "runtime/cuda_check.hpp"
+#include "runtime/steady_timing.hpp"
 
 namespace fp4moe {
 
@@ -36,7 +37,8 @@ CublasGroupedPeer::~CublasGroupedPeer() {
   if (handle_) cublasDestroy(handle_);
 }
 
-TimingStats CublasGroupedPeer::time(size_t shape, const std::vector<std::vector<int32_t>>& routings, int reps) {
+TimingStats CublasGroupedPeer::time(size_t shape, const std::vector<std::vector<int32_t>>& routings, int reps,
+                                    double warm_seconds) {
   FP4MOE_CHECK(shape < shapes_.size(), "cuBLAS peer: shape " << shape << " of " << shapes_.size());
   FP4MOE_CHECK(!routings.empty(), "cuBLAS peer: no routing to time");
   const int64_t n = shapes_[shape].n, k = shapes_[shape].k;
@@ -57,7 +59,11 @@ TimingStats CublasGroupedPeer::time(size_t shape, const std::vector<std::vector<
         row += rows;
       }
     });
-  return time_graph_sequence(launches, stream_, 3, reps);
+  if (warm_seconds <= 0) return time_graph_sequence(launches, stream_, 3, reps);
+  TimingStats t = time_graph_steady([&] { for (const auto& f : launches) f(); }, stream_, warm_seconds, reps, 0, 0).steady;
+  const double per = double(launches.size());
+  t.median_ms /= per, t.min_ms /= per, t.max_ms /= per;
+  return t;
 }
 
 }  // namespace fp4moe

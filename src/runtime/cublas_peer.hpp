@@ -24,13 +24,15 @@ class CublasGroupedPeer {
   CublasGroupedPeer(const CublasGroupedPeer&) = delete;
   CublasGroupedPeer& operator=(const CublasGroupedPeer&) = delete;
 
-  // Median (min, max) time of shape `shape` with counts[e] rows for expert e.
-  TimingStats time(size_t shape, const std::vector<int32_t>& counts, int reps) {
-    return time(shape, std::vector<std::vector<int32_t>>{counts}, reps);
+  // Median (min, max) time of shape `shape` with counts[e] rows for expert e;
+  // with warm_seconds, at steady state (replayed back to back that long first,
+  // as fp4moe's headline times are).
+  TimingStats time(size_t shape, const std::vector<int32_t>& counts, int reps, double warm_seconds = 0) {
+    return time(shape, std::vector<std::vector<int32_t>>{counts}, reps, warm_seconds);
   }
   // Per routing, the routings run back to back in one graph (as fp4moe's GEMMs
   // are timed over rotating routings: bench_grouped_gemm --rotate).
-  TimingStats time(size_t shape, const std::vector<std::vector<int32_t>>& routings, int reps);
+  TimingStats time(size_t shape, const std::vector<std::vector<int32_t>>& routings, int reps, double warm_seconds = 0);
 
  private:
   cudaStream_t stream_;

@@ -124,7 +124,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
         gj["floor_fraction"] = roof(bytes, flops) / st->median_ms;
       }
       if (peer) {
-        const TimingStats pt = peer->time(sh.n == 2 * I ? 0 : 1, counts, std::max(5, o.reps / 3));
+        const TimingStats pt = peer->time(sh.n == 2 * I ? 0 : 1, counts, std::max(5, o.reps / 3), o.warm_seconds);
         gj["cublas_bf16_ms"] = pt.median_ms;
         if (st != stages.end()) gj["speedup_vs_cublas"] = pt.median_ms / st->median_ms;
       }
