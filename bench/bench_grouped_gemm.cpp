@@ -80,13 +80,9 @@ TimingStats time_gemm(const std::vector<kernels::GroupedGemmArgs>& args, const k
 SteadyTiming time_gemm_steady(const std::vector<kernels::GroupedGemmArgs>& args, const kernels::GemmLaunch& L,
                               __nv_bfloat16* rows, cudaStream_t stream, int reps, double warm_seconds, int idle_ms,
                               bool burst = true) {
-  auto enqueue = [&] {
-    for (const kernels::GroupedGemmArgs& a : args) launch_as_the_layer_does(a, L, rows, stream);
-  };
-  SteadyTiming t = time_graph_steady(enqueue, stream, warm_seconds, reps, idle_ms, burst ? 10 : 0);
-  const double n = double(args.size());
-  for (TimingStats* s : {&t.steady, &t.burst}) s->median_ms /= n, s->min_ms /= n, s->max_ms /= n;
-  return t;
+  std::vector<std::function<void()>> launches;
+  for (const kernels::GroupedGemmArgs& a : args) launches.push_back([&] { launch_as_the_layer_does(a, L, rows, stream); });
+  return time_graph_sequence_steady(launches, stream, warm_seconds, reps, idle_ms, burst ? 10 : 0);
 }
 
 RoutedBatch batch_of(const MoeConfig& cfg, const Routing& r) {

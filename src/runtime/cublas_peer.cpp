@@ -60,10 +60,7 @@ TimingStats CublasGroupedPeer::time(size_t shape, const std::vector<std::vector<
       }
     });
   if (warm_seconds <= 0) return time_graph_sequence(launches, stream_, 3, reps);
-  TimingStats t = time_graph_steady([&] { for (const auto& f : launches) f(); }, stream_, warm_seconds, reps, 0, 0).steady;
-  const double per = double(launches.size());
-  t.median_ms /= per, t.min_ms /= per, t.max_ms /= per;
-  return t;
+  return time_graph_sequence_steady(launches, stream_, warm_seconds, reps, 0, 0).steady;
 }
 
 }  // namespace fp4moe

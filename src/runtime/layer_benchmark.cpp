@@ -106,7 +106,6 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
 
     json gemms = json::array();
     double layer_bytes = 2.0 * 2.0 * double(T * H), layer_flops = 0;
-    auto roof = [&](double bytes, double flops) { return floor_ms(ceil, bytes, flops); };
     for (const GemmShape& sh : shapes) {
       const double wbytes = double(active) * double(sh.n * sh.k) * fp4_bytes_per_elem;
       const double in_rows = sh.n == 2 * I ? double(T) : double(P), out_cols = sh.n == 2 * I ? double(I) : double(H);
@@ -116,12 +115,12 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
       layer_flops += flops;
       const auto st = std::find_if(stages.begin(), stages.end(), [&](const auto& x2) { return x2.stage == sh.name; });
       json gj = {{"name", sh.name}, {"n", sh.n}, {"k", sh.k}, {"rows", P}, {"bytes", bytes}, {"flops", flops},
-                 {"floor_ms", roof(bytes, flops)}, {"counts", counts}};
+                 {"floor_ms", floor_ms(ceil, bytes, flops)}, {"counts", counts}};
       if (st != stages.end()) {
         gj["time"] = timing_json(st->median_ms, st->min_ms, st->max_ms);
         gj["tb_per_s"] = bytes / (st->median_ms * 1e-3) / 1e12;
         gj["tflop_per_s"] = flops / (st->median_ms * 1e-3) / 1e12;
-        gj["floor_fraction"] = roof(bytes, flops) / st->median_ms;
+        gj["floor_fraction"] = floor_ms(ceil, bytes, flops) / st->median_ms;
       }
       if (peer) {
         const TimingStats pt = peer->time(sh.n == 2 * I ? 0 : 1, counts, std::max(5, o.reps / 3), o.warm_seconds);
@@ -142,7 +141,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
       total_ms += st.median_ms;
       if (st.stage == "gemm1" || st.stage == "gemm2" || st.stage == "shared") gemm_ms += st.median_ms;
     }
-    const double layer_floor_ms = roof(layer_bytes, layer_flops);
+    const double layer_floor_ms = floor_ms(ceil, layer_bytes, layer_flops);
     const double burst_floor_ms = floor_ms(ceil, layer_bytes, layer_flops, /*burst=*/true);
     const double mean_rows = double(P) / double(cfg.num_experts);
     return json{{"tokens", T},

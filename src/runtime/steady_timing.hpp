@@ -6,7 +6,9 @@
 #include <chrono>
 #include <functional>
 #include <thread>
+#include <vector>
 
+#include "fp4moe/error.hpp"
 #include "runtime/captured_graph.hpp"
 #include "runtime/gpu_sensors.hpp"
 #include "runtime/timing.hpp"
@@ -51,6 +53,21 @@ inline SteadyTiming time_graph_steady(const std::function<void()>& enqueue, cuda
   SteadyTiming r = time_steady([&] { graph.launch(); }, stream, warm_seconds, reps);
   r.burst = burst;
   return r;
+}
+
+// time_graph_sequence at steady state: `launches` back to back as one graph,
+// timed as time_graph_steady does; every figure per launch.
+inline SteadyTiming time_graph_sequence_steady(const std::vector<std::function<void()>>& launches, cudaStream_t stream,
+                                               double warm_seconds, int reps, int idle_ms = 1000, int reps_burst = 10) {
+  FP4MOE_CHECK(!launches.empty(), "time_graph_sequence_steady: no launches");
+  SteadyTiming t = time_graph_steady(
+      [&] {
+        for (const auto& f : launches) f();
+      },
+      stream, warm_seconds, reps, idle_ms, reps_burst);
+  const double n = double(launches.size());
+  for (TimingStats* s : {&t.steady, &t.burst}) s->median_ms /= n, s->min_ms /= n, s->max_ms /= n;
+  return t;
 }
 
 }  // namespace fp4moe
