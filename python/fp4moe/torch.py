@@ -12,34 +12,31 @@ Python dispatch costs tens of microseconds a call). ``layer`` is the id register
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import torch
 
 from . import _native
+from ._registry import LayerRegistry, PreparedLayers
 from .layer import MoeLayer
 
-_layers: Dict[int, Any] = {}
+_layers = LayerRegistry()
 _forward = _native.fn("layer_forward")
 _forward_routed = _native.fn("layer_forward_routed")
 
 
 def register(layer: MoeLayer) -> int:
-    """An id for ``layer`` that the ops take (the layer stays alive while registered)."""
-    lid = len(_layers) + 1
-    _layers[lid] = layer
-    return lid
+    """An id for ``layer`` that the ops take (the layer stays alive while registered).
+    Ids are never reused, so an unregistered layer's id is refused rather than running another layer."""
+    return _layers.register(layer)
 
 
 def unregister(lid: int) -> None:
-    _layers.pop(lid, None)
+    _layers.unregister(lid)
 
 
 def _native_layer(lid: int) -> Any:
-    try:
-        return _layers[lid]._native
-    except KeyError:
-        raise ValueError(f"layer: {lid} is not a registered fp4moe layer (fp4moe.torch.register)") from None
+    return _layers[lid]._native
 
 
 def _stream(t: torch.Tensor) -> int:
@@ -109,7 +106,7 @@ class FP4MoE(torch.nn.Module):
 
 
 # ---- the serving engines' functional form ----------------------------------------
-_prepared: Dict[Tuple, MoeLayer] = {}
+_prepared = PreparedLayers()
 
 
 def fused_moe(hidden_states: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w13_scale_2: Optional[torch.Tensor],
@@ -121,15 +118,17 @@ def fused_moe(hidden_states: torch.Tensor, w13: torch.Tensor, w13_scale: torch.T
     """What vLLM's fused_marlin_moe and FlashInfer's cutlass_fused_moe take: hidden
     states bf16 [T, H], the engine's FP4 expert tensors (docs/python.md), its top-k
     weights fp32 and ids int32 [T, k] (global expert ids), ``output=``. The first call
-    for a set of weights prepares them once on the GPU (kept while the weights live at
-    the same addresses); later calls only run the layer."""
+    for a set of weights prepares them once on the GPU, kept while those weights' memory
+    lives; later calls only run the layer."""
     E_local = w13.shape[0]
     E = global_num_experts if global_num_experts > 0 else E_local
     begin, count = local_experts if local_experts is not None else (0, E_local)
     T = hidden_states.shape[0]
     key = (w13.data_ptr(), w2.data_ptr(), w13_scale.data_ptr(), w2_scale.data_ptr(), tuple(w13.shape), tuple(w2.shape),
            E, begin, w13_order, scale_layout)
-    layer = _prepared.get(key)
+    # The storages, not the tensors: an engine may pass a new view of the same weights every call.
+    owners = tuple(t.untyped_storage() for t in (w13, w2, w13_scale, w2_scale))
+    layer = _prepared.get(key, owners)
     if layer is None or layer.max_tokens < T:
         k = top_k if top_k is not None else topk_ids.shape[1]
         cfg = {"name": "engine", "hidden": hidden_states.shape[1], "intermediate": w2.shape[2] * 2, "num_experts": E,
@@ -137,7 +136,7 @@ def fused_moe(hidden_states: torch.Tensor, w13: torch.Tensor, w13_scale: torch.T
         layer = MoeLayer.from_tensors(cfg, w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2, w13_order=w13_order,
                                       scale_layout=scale_layout, local_experts=(begin, count),
                                       max_tokens=max(T, max_tokens), finalize="split" if deterministic else "fused")
-        _prepared[key] = layer
+        _prepared.put(key, owners, layer)
     out = output if output is not None else torch.empty_like(hidden_states)
     _forward_routed(layer._native, hidden_states, topk_ids, topk_weights, out, _stream(hidden_states))
     return out
