@@ -9,8 +9,6 @@ from typing import Any, Optional, Sequence, Tuple
 from . import _native
 from .config import as_config_json
 
-_OPTION_KEYS = ("max_tokens", "finalize", "deterministic", "tune_cache", "use_tune_cache", "device", "split_k")
-
 
 def _options_json(max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k) -> str:
     o = {"max_tokens": int(max_tokens), "finalize": finalize, "deterministic": bool(deterministic),

@@ -56,7 +56,7 @@ class FP4MoEExperts(torch.nn.Module):
 def _quantize_projection(w: torch.Tensor, halves: int):
     """[E, N, K] float -> FP4 codes [E, N, K/2], scales [E, N, K/16], scale_2 [E] or [E, 2] and the dequantized weights.
     Gate and up share one amax per expert, as ModelOpt's export does."""
-    E, N, K = w.shape
+    E = w.shape[0]
     codes, scales, scale_2, deq = [], [], [], []
     for e in range(E):
         x = w[e].detach().float().cpu().numpy()
@@ -93,7 +93,6 @@ def quantize_experts(experts: torch.nn.Module, top_k: int, *, max_tokens: int = 
     layer = MoeLayer.from_tensors(cfg, t(c13), t(s13, True), t(g13), t(c2), t(s2, True), t(g2), max_tokens=max_tokens,
                                   finalize=finalize)
     return FP4MoEExperts(layer, E)
-
 
 
 def moe_blocks(model: torch.nn.Module) -> List[torch.nn.Module]:
