@@ -24,17 +24,20 @@
 
 #include <fmt/core.h>
 
+#include "runtime/random_fill.hpp"
 #include "fp4moe/device.hpp"
 #include "fp4moe/reference.hpp"
 #include "kernels/fp4_grouped_gemm.hpp"
+#include "runtime/device_limits.hpp"
+#include "runtime/gemm_step.hpp"
 #include "plan/gemm_plan.hpp"
 #include "plan/split_k.hpp"
 #include "runtime/captured_graph.hpp"
-#include "runtime/ceilings.hpp"
-#include "runtime/cublas_peer.hpp"
+#include "measure/ceilings.hpp"
+#include "measure/cublas_peer.hpp"
 #include "runtime/device_buffer.hpp"
-#include "runtime/report_json.hpp"
-#include "runtime/steady_timing.hpp"
+#include "measure/report_json.hpp"
+#include "measure/steady_timing.hpp"
 #include "runtime/timing.hpp"
 
 using namespace fp4moe;
@@ -54,35 +57,32 @@ struct RoutedBatch {
   std::vector<int32_t> counts;
 };
 
-// GEMM launches replayed from a CUDA graph, one per routing, back to back (the
-// time is per launch): the host's per-launch work (the plan check, tensor-map
-// encoding) is off the GPU's clock. A gathered GEMM1 on a warp-specialized tile
-// is two kernels, the row copy and the GEMM: both are timed.
-// One GEMM as the layer runs it: a tile that loads its rows by TMA gets
-// gathered rows copied into `rows` in expert order first (timed with it).
-void launch_as_the_layer_does(const kernels::GroupedGemmArgs& a, const kernels::GemmLaunch& L, __nv_bfloat16* rows,
-                              cudaStream_t stream) {
-  const bool copy = a.gather && kernels::loads_rows_in_expert_order(L.tile);
-  kernels::launch_fp4_grouped_gemm(copy ? kernels::copy_rows_in_expert_order(a, rows, stream) : a, L, stream);
+// Each routing's GEMM step as the layer's forward plan holds it
+// (runtime/gemm_step.hpp): a gathered GEMM1 on a tile that loads its rows by
+// TMA is two kernels, the row copy and the GEMM, both timed.
+std::vector<GemmStepLaunch> prepare_steps(const ProjectionView& w, const std::vector<GemmOperands>& ops,
+                                          const kernels::GemmLaunch& L, const plan::DeviceLimits& device) {
+  std::vector<GemmStepLaunch> steps;
+  for (const GemmOperands& io : ops) steps.push_back(prepare_gemm_step(w, io, L, device));
+  return steps;
+}
+std::vector<std::function<void()>> enqueue_each(const std::vector<GemmStepLaunch>& steps, cudaStream_t stream) {
+  std::vector<std::function<void()>> launches;
+  for (const GemmStepLaunch& st : steps) launches.push_back([&st, stream] { enqueue_gemm_step(st, stream); });
+  return launches;
 }
 
-// Each routing's GEMM, launched as the layer does.
-TimingStats time_gemm(const std::vector<kernels::GroupedGemmArgs>& args, const kernels::GemmLaunch& L, __nv_bfloat16* rows,
-                      cudaStream_t stream, int warmup, int reps) {
-  std::vector<std::function<void()>> launches;
-  for (const kernels::GroupedGemmArgs& a : args) launches.push_back([&] { launch_as_the_layer_does(a, L, rows, stream); });
-  return time_graph_sequence(launches, stream, warmup, reps);
+// The steps replayed from a CUDA graph, one per routing, back to back (the time is per launch).
+TimingStats time_gemm(const std::vector<GemmStepLaunch>& steps, cudaStream_t stream, int warmup, int reps) {
+  return time_graph_sequence(enqueue_each(steps, stream), stream, warmup, reps);
 }
 
 // The same at steady state (steady_timing.hpp): after idle_ms idle, 10 timed
 // replays (the burst), then warm_seconds of back-to-back replays and the timed
 // ones with the SM clock and power beside them. Times per launch.
-SteadyTiming time_gemm_steady(const std::vector<kernels::GroupedGemmArgs>& args, const kernels::GemmLaunch& L,
-                              __nv_bfloat16* rows, cudaStream_t stream, int reps, double warm_seconds, int idle_ms,
-                              bool burst = true) {
-  std::vector<std::function<void()>> launches;
-  for (const kernels::GroupedGemmArgs& a : args) launches.push_back([&] { launch_as_the_layer_does(a, L, rows, stream); });
-  return time_graph_sequence_steady(launches, stream, warm_seconds, reps, idle_ms, burst ? 10 : 0);
+SteadyTiming time_gemm_steady(const std::vector<GemmStepLaunch>& steps, cudaStream_t stream, int reps, double warm_seconds,
+                              int idle_ms, bool burst = true) {
+  return time_graph_sequence_steady(enqueue_each(steps, stream), stream, warm_seconds, reps, idle_ms, burst ? 10 : 0);
 }
 
 RoutedBatch batch_of(const MoeConfig& cfg, const Routing& r) {
@@ -103,10 +103,7 @@ RoutedBatch batch_of(const MoeConfig& cfg, const Routing& r) {
 }
 
 Routing random_routing(const MoeConfig& cfg, int64_t T, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> logits(size_t(T * cfg.num_experts));
-  for (float& v : logits) v = d(rng);
+  const std::vector<float> logits = gaussian_logits(T, cfg.num_experts, seed);
   // Uniform random top-k: i.i.d. logits and a zero correction bias.
   const std::vector<float> bias(size_t(cfg.num_experts), 0.f);
   return route_reference(cfg, logits.data(), T, cfg.use_correction_bias ? bias : std::vector<float>{});
@@ -214,7 +211,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     const DeviceInfo& dev = devs[0];
-    const plan::SmemBudget budget{dev.smem_optin_per_block, dev.smem_per_sm, dev.smem_reserved_per_block, dev.cc};
+    const plan::DeviceLimits limits = device_limits(dev.index);
+    const plan::SmemBudget& budget = limits.budget;
     const MoeConfig cfg = preset("glm5");
     const int64_t E = cfg.num_experts;
     const Gemm gemms[] = {{permuted_gemm1 ? "gemm1p" : "gemm1", 2 * cfg.intermediate, cfg.hidden, !permuted_gemm1},
@@ -256,6 +254,7 @@ int main(int argc, char** argv) {
       fill_random_bytes(s.get(), int64_t(s.size()), 12, 0x40, 0x60, stream);  // prepared UE5M3 scales in [2^-1, 2^3]
       std::vector<float> gs(size_t(E), 1.0f / 512);
       DeviceBuffer<float> dgs(gs);
+      const ProjectionView weights{w.get(), s.get(), dgs.get(), nullptr, 1, Fp4Format::nvfp4, g.n, g.k, E};
       // The same shapes as bf16 for cuBLAS (values differ; the bytes moved are what matter).
       std::unique_ptr<CublasGroupedPeer> peer;
       if (!skip_peers) peer = std::make_unique<CublasGroupedPeer>(E, std::vector<CublasGroupedPeer::Shape>{{g.n, g.k}},
@@ -274,7 +273,7 @@ int main(int argc, char** argv) {
         // first DRAM round trip are not what a layer of a running model pays, and
         // one routing repeated could find its weights in L2 (50 MB).
         auto floor_of = [&](const RoutedBatch& rb) {
-          const double weight_bytes = double(rb.active) * double(g.n * g.k) * (0.5 + 1.0 / 16);
+          const double weight_bytes = double(rb.active) * double(g.n * g.k) * fp4_bytes_per_weight(Fp4Format::nvfp4);
           const double act_in = double(g.gathered ? T : rb.pairs) * double(g.k) * 2;
           const double out_bytes = double(rb.pairs) * double(g.n) * 2;
           const double bytes = weight_bytes + act_in + out_bytes;
@@ -292,7 +291,7 @@ int main(int argc, char** argv) {
         while (int(rbs.size()) < routings) rbs.push_back(route(rbs.size()));
         const RoutedBatch& rb = rbs[0];
         std::vector<DeviceBuffer<int32_t>> doffs, dgathers;
-        std::vector<kernels::GroupedGemmArgs> args;
+        std::vector<GemmOperands> ops;
         double bytes = 0, flops = 0, case_floor_ms = 0, burst_floor_ms = 0, active = 0;  // per launch: the mean over the routings
         int64_t max_rows = 0;
         std::vector<std::vector<int32_t>> counts_rotation;
@@ -306,22 +305,17 @@ int main(int argc, char** argv) {
           counts_rotation.push_back(r.counts);
         }
         for (int i = 0; i < routings; ++i) {
-          kernels::GroupedGemmArgs a;
-          a.weights = w.get();
-          a.scales = s.get();
-          a.dequant_scale = dgs.get();
-          a.num_experts = E;
-          a.n = g.n;
-          a.k = g.k;
-          a.x = x.get();
-          a.gather = g.gathered ? dgathers[size_t(i)].get() : nullptr;
-          a.permuted_rows = rb.pairs;
-          a.expert_offsets = doffs[size_t(i)].get();
-          a.offsets_ready_at_launch = early_start;  // uploaded before any launch
-          a.y = y.get();
-          a.split_workspace = split_workspace.get();
-          a.split_workspace_bytes = int64_t(split_workspace.bytes());
-          args.push_back(a);
+          GemmOperands io;
+          io.x = x.get();
+          io.gather = g.gathered ? dgathers[size_t(i)].get() : nullptr;
+          io.rows = rb.pairs;
+          io.offsets = doffs[size_t(i)].get();
+          io.offsets_ready_at_launch = early_start;  // uploaded before any launch
+          io.y = y.get();
+          io.split_workspace = split_workspace.get();
+          io.split_workspace_bytes = int64_t(split_workspace.bytes());
+          io.row_copy = workspace.size() ? workspace.get() : nullptr;
+          ops.push_back(io);
         }
 
         // --k-splits applies to the tiles that can split (warp-specialized)
@@ -344,8 +338,8 @@ int main(int argc, char** argv) {
           if (only_tile < 0 && prefill_size && plan::kGemmTiles[tile].nt < 64 && tile != def_tile) continue;
           const plan::SmemPlan pl = plan::plan_gemm_tile(tile, g.n, g.k, budget);
           if (!pl.fits) continue;
-          kernels::GemmLaunch L{tile, pl.stages, 0, probe, tile_splits(tile)};
-          const TimingStats t = time_gemm(args, L, workspace.get(), stream, 5, reps);
+          const kernels::GemmLaunch L{tile, pl.stages, 0, probe, tile_splits(tile)};
+          const TimingStats t = time_gemm(prepare_steps(weights, ops, L, limits), stream, 5, reps);
           tiles.push_back({{"tile", plan::gemm_tile_name(tile)}, {"stages", pl.stages}, {"median_ms", t.median_ms},
                            {"min_ms", t.min_ms}, {"max_ms", t.max_ms}});
           if (t.median_ms < best_ms) best_ms = t.median_ms, best_tile = tile;
@@ -357,7 +351,9 @@ int main(int argc, char** argv) {
         // the best tile's launch, as the sweep ran it: after idle, then at steady state (the headline)
         const kernels::GemmLaunch best_launch{best_tile, plan::plan_gemm_tile(best_tile, g.n, g.k, budget).stages, 0,
                                                 probe, tile_splits(best_tile)};
-        const SteadyTiming steady = time_gemm_steady(args, best_launch, workspace.get(), stream, reps, warm_seconds, cooldown_ms);
+        const std::vector<GemmStepLaunch> best_steps = prepare_steps(weights, ops, best_launch, limits);
+        const int best_grid = best_steps[0].gemm.grid;
+        const SteadyTiming steady = time_gemm_steady(best_steps, stream, reps, warm_seconds, cooldown_ms);
         const TimingStats& best = steady.steady;
         const json steady_json = {{"burst_ms", steady.burst.median_ms},
                                   {"burst_floor_ms", burst_floor_ms},
@@ -369,10 +365,9 @@ int main(int argc, char** argv) {
                                   {"sensor_samples", steady.sensors.samples}};
         // The same tile, one launch per graph (the method of earlier runs; early
         // start, on since, measured slower with nothing before it to overlap).
-        const TimingStats single = time_gemm({args[0]}, best_launch, workspace.get(), stream, 3, reps);
-        // The same launch eagerly: the host's per-launch work (plan check, tensor maps) included.
-        const TimingStats eager = time_on_stream(
-            [&] { launch_as_the_layer_does(args[0], best_launch, workspace.get(), stream); }, stream, 3, reps);
+        const TimingStats single = time_gemm({best_steps[0]}, stream, 3, reps);
+        // The same step queued eagerly, as a forward queues it (the driver's launch cost included).
+        const TimingStats eager = time_on_stream([&] { enqueue_gemm_step(best_steps[0], stream); }, stream, 3, reps);
 
         // Where the time goes (leave one part out), at steady state like the
         // headline: the best tile with only its loads, with only its math (the
@@ -384,7 +379,7 @@ int main(int argc, char** argv) {
           for (GemmProbe part : {GemmProbe::loads_only, GemmProbe::math_only, GemmProbe::no_output}) {
             kernels::GemmLaunch L = best_launch;
             L.probe = part;
-            const SteadyTiming t = time_gemm_steady(args, L, workspace.get(), stream, 20, warm_seconds, 0, false);
+            const SteadyTiming t = time_gemm_steady(prepare_steps(weights, ops, L, limits), stream, 20, warm_seconds, 0, false);
             const std::string key = part == GemmProbe::loads_only ? "loads_only" : part == GemmProbe::math_only ? "compute_only"
                                                                                                                 : "no_output";
             diag[key + "_ms"] = t.steady.median_ms;
@@ -398,12 +393,12 @@ int main(int argc, char** argv) {
           fmt::print("{} T={} tile {}: {:.4f} ms over {} routings ({:.4f} ms one launch per graph, eager {:.4f} ms, grid {}; "
                      "after idle {:.4f} ms; SM {:.0f} MHz, {:.0f} W; {:.1f}% of the floor, after idle {:.1f}%)\n",
                      g.name, T, plan::gemm_tile_name(best_tile), best.median_ms, routings, single.median_ms, eager.median_ms,
-                     kernels::gemm_launch_grid(best_launch), steady.burst.median_ms, steady.sensors.sm_clock_mhz_median,
+                     best_grid, steady.burst.median_ms, steady.sensors.sm_clock_mhz_median,
                      steady.sensors.power_w_median, 100 * case_floor_ms / best.median_ms,
                      100 * burst_floor_ms / steady.burst.median_ms);
           cases.push_back({{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
                            {"bytes", bytes}, {"flops", flops}, {"floor_ms", case_floor_ms},
-                           {"best_tile", plan::gemm_tile_name(best_tile)}, {"grid", kernels::gemm_launch_grid(best_launch)},
+                           {"best_tile", plan::gemm_tile_name(best_tile)}, {"grid", best_grid},
                            {"median_ms", best.median_ms}, {"min_ms", best.min_ms}, {"max_ms", best.max_ms}, {"routings", routings},
                            {"single_launch_ms", single.median_ms}, {"eager_ms", eager.median_ms},
                            {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12}, {"tiles", tiles},
@@ -418,7 +413,7 @@ int main(int argc, char** argv) {
 
         json c = {{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
                   {"active_experts", active}, {"max_rows_per_expert", max_rows}, {"bytes", bytes},
-                  {"flops", flops}, {"floor_ms", case_floor_ms}, {"grid", kernels::gemm_launch_grid(best_launch)},
+                  {"flops", flops}, {"floor_ms", case_floor_ms}, {"grid", best_grid},
                   {"default_tile", plan::gemm_tile_name(def_tile)},
                   {"default_ms", default_ms}, {"best_tile", plan::gemm_tile_name(best_tile)},
                   {"median_ms", best.median_ms}, {"min_ms", best.min_ms}, {"max_ms", best.max_ms},

@@ -12,12 +12,13 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "runtime/random_fill.hpp"
 #include "common/median.hpp"
 #include "fp4moe/device.hpp"
 #include "fp4moe/layer.hpp"
 #include "kernels/dependent_launch.hpp"
-#include "runtime/ceilings.hpp"
-#include "runtime/cuda_check.hpp"
+#include "measure/ceilings.hpp"
+#include "common/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
 
 namespace {

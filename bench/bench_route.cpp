@@ -19,7 +19,7 @@
 #include "fp4moe/model.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "runtime/captured_graph.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
 
 int main(int argc, char** argv) {

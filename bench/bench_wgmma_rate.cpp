@@ -10,8 +10,8 @@
 
 #include "bench/wgmma_rate_kernels.hpp"
 #include "fp4moe/device.hpp"
-#include "runtime/ceilings.hpp"
-#include "runtime/cuda_check.hpp"
+#include "measure/ceilings.hpp"
+#include "common/cuda_check.hpp"
 #include "runtime/timing.hpp"
 
 int main(int argc, char** argv) {

@@ -2,7 +2,7 @@
 
 #include "fp4moe/device.hpp"
 #include "kernels/dependent_launch.cuh"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
 
 namespace fp4moe::bench {

@@ -23,7 +23,7 @@
 #include "kernels/grouped_gemm_common.cuh"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/wgmma_sm90.cuh"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::bench {
 namespace {

@@ -22,7 +22,7 @@
 #include "plan/gemm_plan.hpp"
 #include "progress.hpp"
 #include "run_layer.hpp"
-#include "runtime/layer_benchmark.hpp"
+#include "measure/layer_benchmark.hpp"
 
 #ifndef FP4MOE_SOURCE_DIR
 #define FP4MOE_SOURCE_DIR ""
@@ -72,13 +72,8 @@ std::string find_peers_script(const std::string& given) {
   return "";
 }
 
-MoeConfig model_of(const std::string& m) {
-  if (m.size() > 5 && m.substr(m.size() - 5) == ".json") return config_from_hf_json(m);
-  return preset(m);
-}
-
 void bench_without_gpu(const BenchOptions& o, const std::string& why) {
-  const MoeConfig cfg = model_of(o.model);
+  const MoeConfig cfg = model_config(o.model);
   fmt::print("fp4moe bench: no GPU ({}): nothing to time. The planner's choices for {} instead:\n", why, cfg.name);
   for (const char* arch : {"sm_90", "sm_120"}) {
     const plan::Arch& a = plan::find_arch(arch);
@@ -153,7 +148,7 @@ void run_bench(const BenchOptions& o) {
     FP4MOE_CHECK(!o.ep && !o.tp, "--" << (o.ep ? "ep" : "tp") << " needs GPUs; " << why);
     return bench_without_gpu(o, why);
   }
-  MoeConfig cfg = model_of(o.model);
+  MoeConfig cfg = model_config(o.model);
   if (o.experts) {
     cfg.num_experts = o.experts;
     cfg.name += fmt::format(" with {} experts", o.experts);

@@ -5,7 +5,7 @@
 #include "kernels/dependent_launch.hpp"
 #include "plan/arch.hpp"
 #include "plan/cutlass_blockscaled_model.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::cli {
 

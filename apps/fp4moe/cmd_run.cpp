@@ -20,7 +20,7 @@
 #include "fp4moe/layer.hpp"
 #include "fp4moe/reference.hpp"
 #include "run_layer.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/timing.hpp"
 
@@ -50,12 +50,12 @@ Fp4Format parse_format(const std::string& s) {
   throw Error("--format '" + s + "' is not one of nvfp4, mxfp4");
 }
 
+}  // namespace
+
 MoeConfig model_config(const std::string& m) {
   if (m.size() > 5 && m.substr(m.size() - 5) == ".json") return config_from_hf_json(m);
   return preset(m);
 }
-
-}  // namespace
 
 std::string describe_model(const MoeConfig& cfg) {
   return fmt::format("{}: H {} I {} E {} top-{} {}{}{}", cfg.name, cfg.hidden, cfg.intermediate, cfg.num_experts,
@@ -92,8 +92,7 @@ Inputs random_inputs(const MoeConfig& cfg, int64_t T, uint64_t seed) {
   in.x_bits.resize(size_t(T * cfg.hidden));
   in.x.resize(in.x_bits.size());
   for (size_t i = 0; i < in.x.size(); ++i) in.x_bits[i] = bf16_from_float(normal(rng)), in.x[i] = bf16_to_float(in.x_bits[i]);
-  in.logits.resize(size_t(T * cfg.num_experts));
-  for (float& v : in.logits) v = normal(rng);
+  in.logits = gaussian_logits(T, cfg.num_experts, seed + 1);
   return in;
 }
 
@@ -178,8 +177,9 @@ void run_gpu(const RunOptions& o, const RunLayer& source, double ms_weights, con
   std::vector<int32_t> ids(size_t(T * cfg.top_k));
   FP4MOE_CUDA_CHECK(cudaMemcpy(ids.data(), layer.topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost));
   const std::set<int32_t> active(ids.begin(), ids.end());
-  const double per_expert = 3.0 * double(cfg.hidden) * double(cfg.intermediate) * (0.5 + 1.0 / 16);
-  const double shared = cfg.shared_expert ? 3.0 * double(cfg.hidden) * double(cfg.shared_intermediate) * (0.5 + 1.0 / 16) : 0;
+  const double per_weight = fp4_bytes_per_weight(w.experts.at(0).gate.format);
+  const double per_expert = 3.0 * double(cfg.hidden) * double(cfg.intermediate) * per_weight;
+  const double shared = cfg.shared_expert ? 3.0 * double(cfg.hidden) * double(cfg.shared_intermediate) * per_weight : 0;
   const double bytes = double(active.size()) * per_expert + shared + 2.0 * 2.0 * double(T * cfg.hidden);
   fmt::print("  tokens     {} ({} experts active)\n", T, active.size());
   fmt::print("  forward    {:.4f} ms median of {} (min {:.4f}, max {:.4f}), {:.2f} TB/s of weights and activations\n",

@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include "commands.hpp"
+#include "run_layer.hpp"
 #include "fp4moe/device.hpp"
 #include "fp4moe/error.hpp"
 #include "fp4moe/layer.hpp"
@@ -29,8 +30,7 @@ void run_tune(const TuneOptions& o) {
   std::string why;
   const auto devs = list_devices(&why);
   FP4MOE_CHECK(!devs.empty(), "fp4moe tune measures kernels and needs a CUDA GPU; none found (" << why << ")");
-  const MoeConfig cfg = o.model.size() > 5 && o.model.substr(o.model.size() - 5) == ".json" ? config_from_hf_json(o.model)
-                                                                                               : preset(o.model);
+  const MoeConfig cfg = model_config(o.model);
   FP4MOE_CHECK(o.format == "nvfp4" || o.format == "mxfp4", "--format '" << o.format << "' is not one of nvfp4, mxfp4");
   for (int64_t t : o.tokens) FP4MOE_CHECK(t >= 1, "--tokens " << t << " must be at least 1");
   fmt::print("fp4moe tune on {} (sm_{}): {}, token counts", devs[0].name, devs[0].cc, cfg.name);

@@ -19,6 +19,8 @@ struct RunLayer {
 };
 
 std::string describe_model(const MoeConfig& cfg);
+// --model: a preset's name, or a Hugging Face config.json.
+MoeConfig model_config(const std::string& preset_or_json);
 
 // --input IN --output OUT [--check]: run `layer` on IN's hidden_states (and
 // router_logits) and write what it computed to OUT.

@@ -13,13 +13,14 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "fp4moe/reference.hpp"
 #include "common/median.hpp"
 #include "fp4moe/error.hpp"
 #include "fp4moe/layer.hpp"
 #include "fp4moe/parallel.hpp"
 #include "io/atomic_file.hpp"
 #include "run_layer.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/timing.hpp"
 
@@ -70,11 +71,7 @@ void run_rank(const RunLayer& layer, const ParallelRequest& r, ParallelMode mode
   FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
   const uint64_t seed = r.seed + (mode == ParallelMode::tensor ? 0 : uint64_t(rank));
   DeviceBuffer<uint16_t> x(random_bf16_bits(Tmax * H, seed)), out(size_t(Tmax * H)), ref(size_t(Tmax * H));
-  std::mt19937_64 rng(seed + 1000);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> logits(size_t(Tmax * cfg.num_experts));
-  for (float& v : logits) v = d(rng);
-  DeviceBuffer<float> l(logits);
+  DeviceBuffer<float> l(gaussian_logits(Tmax, cfg.num_experts, seed + 1000));
   auto* hx = reinterpret_cast<const __nv_bfloat16*>(x.get());
   auto* o = reinterpret_cast<__nv_bfloat16*>(out.get());
   auto* o_ref = reinterpret_cast<__nv_bfloat16*>(ref.get());

@@ -12,7 +12,7 @@
 #include "fp4moe/layer.hpp"
 #include "io/replay.hpp"
 #include "run_layer.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
 
 namespace fp4moe::cli {

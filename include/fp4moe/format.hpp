@@ -34,6 +34,12 @@ float bf16_to_float(uint16_t bits);
 enum class Fp4Format { nvfp4, mxfp4 };
 const char* to_string(Fp4Format f);
 
+// Bytes a GEMM reads per weight: its e2m1 code (half a byte) and its share of
+// the block's one-byte scale (the benchmarks' byte model).
+constexpr double fp4_bytes_per_weight(Fp4Format f) {
+  return 0.5 + 1.0 / (f == Fp4Format::nvfp4 ? kNvfp4BlockSize : kMxfp4BlockSize);
+}
+
 // A [rows, cols] FP4 matrix in the row-major "checkpoint" layout.
 struct Fp4Matrix {
   Fp4Format format = Fp4Format::nvfp4;

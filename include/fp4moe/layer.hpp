@@ -24,6 +24,10 @@
 
 namespace fp4moe {
 
+class LayerCore;
+class StageMarks;
+struct ForwardArgs;
+
 enum class FinalizeMode {
   automatic,  // split: measured faster than fused from 128 tokens on (docs/kernels.md), no memset, bitwise stable
   fused,      // GEMM2's epilogue adds each row, weighted, into an fp32 sum (order varies run to run)
@@ -152,18 +156,13 @@ class MoeLayer {
   std::vector<TuneRow> tune(const std::vector<int64_t>& tokens,
                             const std::function<void(int done, int total, const std::string& what)>& progress = {});
 
+  // The library's own interface to the layer (src/runtime/layer_core.hpp),
+  // for the layers it builds around this one (ParallelMoeLayer).
+  LayerCore& core() { return *core_; }
+
  private:
-  friend class ParallelMoeLayer;
-  struct Impl;
-  struct Marks;
-  struct Routed {
-    const int32_t* ids;
-    const float* weights;
-  };
-  // out bf16, or (parallel layers) sums: the fp32 sums before the one rounding.
-  void run(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, const Routed* routed,
-           int64_t tokens, __nv_bfloat16* out, float* sums, Marks* marks);
-  std::unique_ptr<Impl> impl_;
+  void run(cudaStream_t stream, const ForwardArgs& args, int64_t tokens, StageMarks* marks);
+  std::unique_ptr<LayerCore> core_;
 };
 
 }  // namespace fp4moe

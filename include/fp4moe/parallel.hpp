@@ -80,19 +80,6 @@ class ParallelMoeLayer {
 
  private:
   struct Impl;
-  static MoeLayer::Impl& inner(MoeLayer& layer);  // the single-GPU layer's stages
-  void forward_expert_allgather(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
-                                __nv_bfloat16* out);
-  void exchange_blocks(cudaStream_t s, bool partial_rows);
-  void allgather_exchange(cudaStream_t s, bool partial_rows);
-  void allreduce_sums(cudaStream_t s, int64_t T);
-  void forward_expert_alltoall(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
-                               __nv_bfloat16* out);
-  void experts_over_rows(cudaStream_t s, const __nv_bfloat16* rows_hidden, const int32_t* rows_ids,
-                         const float* rows_weights, int64_t rows, int64_t plan_tokens, int64_t own_tokens, float* partial);
-  const __nv_bfloat16* shared_expert(cudaStream_t s, const __nv_bfloat16* hidden, int64_t T);
-  void set_step_rows(int64_t tokens, int64_t rows_per_rank);
-  void forward_tensor(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T, __nv_bfloat16* out);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -47,6 +47,11 @@ std::vector<float> router_logits_reference(const float* hidden, int64_t tokens, 
                                            const std::vector<uint16_t>& router_weight,
                                            const std::vector<float>& router_bias = {});
 
+// Router logits [T, E] as random hidden states through a random router give
+// them: i.i.d. N(0, stddev^2) from mt19937_64(seed). The tests, the tuner and
+// the benchmarks route these through the model's own router.
+std::vector<float> gaussian_logits(int64_t tokens, int64_t experts, uint64_t seed, float stddev = 1.f);
+
 // Grouped GEMM oracle used by kernel tests: y[r] = x[r] . dequant(W)^T for
 // the rows of each expert, fp64 accumulation, fp32 result.
 void expert_gemm_reference(const Fp4Matrix& w, const float* x, int64_t rows, float* y);

@@ -19,7 +19,7 @@
 #include "fp4moe/checkpoint.hpp"
 #include "fp4moe/layer.hpp"
 #include "host_weights.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "tensor_args.hpp"
 
 namespace fp4moe::python {

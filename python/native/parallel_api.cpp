@@ -19,7 +19,7 @@
 #include "fp4moe/checkpoint.hpp"
 #include "fp4moe/parallel.hpp"
 #include "parallel/partition.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "tensor_args.hpp"
 
 namespace fp4moe::python {

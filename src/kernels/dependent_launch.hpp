@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::kernels {
 
@@ -32,13 +32,14 @@ inline cudaLaunchAttribute cluster_dimension(unsigned cluster_x) {
   return a;
 }
 
-// `cluster_x` > 1: thread-block clusters of that many CTAs along x (grid.x a multiple of it).
+// `cluster_x` > 1: thread-block clusters of that many CTAs along x (grid.x a
+// multiple of it); `dependent`: dependent_launch_enabled(kernel), asked once by the caller.
 template <typename... Params, typename... Args>
-void launch_dependent_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
-                                  cudaStream_t stream, Args&&... args) {
+void launch_dependent_in_clusters(void (*kernel)(Params...), bool dependent, dim3 grid, dim3 block, size_t smem,
+                                  unsigned cluster_x, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attr[2];
   unsigned n = 0;
-  if (dependent_launch_enabled(reinterpret_cast<const void*>(kernel))) {
+  if (dependent) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n++].val.programmaticStreamSerializationAllowed = 1;
   }
@@ -56,7 +57,8 @@ void launch_dependent_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 blo
 
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
-  launch_dependent_in_clusters(kernel, grid, block, smem, 1, stream, std::forward<Args>(args)...);
+  launch_dependent_in_clusters(kernel, dependent_launch_enabled(reinterpret_cast<const void*>(kernel)), grid, block, smem,
+                               1, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace fp4moe::kernels

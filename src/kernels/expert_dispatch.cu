@@ -6,7 +6,7 @@
 
 #include "fp4moe/error.hpp"
 #include "kernels/routing_kernels.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::kernels {
 namespace {

@@ -32,7 +32,7 @@
 #include "kernels/mma_sm80.cuh"
 #include "kernels/wgmma_sm90.cuh"
 #include "plan/gemm_layout.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::kernels {
 namespace {

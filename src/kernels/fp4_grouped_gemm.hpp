@@ -41,7 +41,7 @@ struct GroupedGemmArgs {
   const int32_t* gather = nullptr;       // [P] row of x for permuted row p, or nullptr (identity)
   // P = expert_offsets[E], the permuted rows computed. Warp-specialized tiles
   // need it: they load the rows in expert order by TMA, from x with gather null
-  // (copy_rows_in_expert_order gives them that); they read and write no row at
+  // (a GEMM step's row copy gives them that); they read and write no row at
   // or past P. 0 (unknown) is accepted by the all-warps tiles only.
   int64_t permuted_rows = 0;
   const int32_t* expert_offsets = nullptr;  // [E+1]
@@ -93,28 +93,9 @@ struct GemmLaunch {
   int k_splits = 0; // split-K: 0 = the planner's choice (plan_k_splits), 1 = none, n = n parts (needs the workspace)
 };
 
-// Validates the launch against the planner's verdict for the current device
-// (throws fp4moe::Error with the plan's explanation if it does not fit), then launches.
-void launch_fp4_grouped_gemm(const GroupedGemmArgs& args, const GemmLaunch& launch, cudaStream_t stream);
-
-// Whether tile `tile` loads its rows in expert order by TMA (warp-specialized
-// tiles: a tensor map cannot gather rows on sm_90), so that gathered rows must
-// be copied first.
-bool loads_rows_in_expert_order(int tile);
-// That copy: rows[p] = x[gather[p]] for the P permuted rows, queued on `stream`;
-// returns the arguments with x = rows [P, K] (16-byte aligned, not aliasing x) and no gather.
-// x_cols: x's row width when narrower than K (0: K); the rest of each row is zeros.
-GroupedGemmArgs copy_rows_in_expert_order(const GroupedGemmArgs& args, __nv_bfloat16* rows, cudaStream_t stream,
-                                          int64_t x_cols = 0);
-
-// The split-K plan the launch will run with (plan/split_k.hpp), and why.
-plan::SplitKPlan gemm_launch_k_splits(const GroupedGemmArgs& args, const GemmLaunch& launch);
-
-// CTAs the launch will run: launch.grid, or as many as are resident at once
-// (whole clusters on tiles in clusters).
-int gemm_launch_grid(const GemmLaunch& launch);
-
-// Dynamic shared memory the launch will use (the planner's figure).
-int64_t gemm_launch_smem_bytes(const GemmLaunch& launch);
+// A tile that loads its rows in expert order by TMA (warp-specialized tiles: a
+// tensor map cannot gather rows on sm_90) needs gathered rows copied into
+// expert order first (launch_gather_rows); a GEMM step does it (runtime/gemm_step.hpp).
+// The launch itself: kernels/grouped_gemm_launch.hpp.
 
 }  // namespace fp4moe::kernels

@@ -1,6 +1,7 @@
-// The FP4 grouped GEMM's host launcher: the planner's verdict on each launch,
+// The FP4 grouped GEMM's host launcher: the planner's verdict on a launch,
 // the grid (resident CTAs, measured once per tile and size), the split-K and
-// tensor-map parameters, then the kernel of the tile.
+// tensor-map parameters, made once (prepare_grouped_gemm); then the kernel of
+// the tile, queued as prepared (enqueue_grouped_gemm).
 #include <array>
 #include <cmath>
 
@@ -10,12 +11,12 @@
 #include "kernels/dependent_launch.hpp"
 #include "kernels/fp4_grouped_gemm.hpp"
 #include "kernels/grouped_gemm_kernels.hpp"
+#include "kernels/grouped_gemm_launch.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "plan/gemm_layout.hpp"
 #include "plan/gemm_plan.hpp"
 #include "plan/split_k.hpp"
-#include "runtime/cuda_check.hpp"
-#include "runtime/device_limits.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::kernels {
 namespace {
@@ -26,7 +27,7 @@ using detail::KernelParams;
 using detail::TensorMaps;
 using plan::GemmSmemLayout;
 
-struct DeviceState : DeviceLimits {
+struct DeviceState : plan::DeviceLimits {
   // Per tile: the dynamic shared memory the kernel attribute allows (per
   // epilogue instance), and the CTAs resident on the whole device at that size,
   // measured once (launches stay cheap on the host).
@@ -35,13 +36,12 @@ struct DeviceState : DeviceLimits {
   std::array<int, plan::kNumGemmTiles> occupancy{};
 };
 
-DeviceState& current_device() {
+// The launcher's per-device state on this thread, for `device` (the current device).
+DeviceState& state_of(const plan::DeviceLimits& device) {
   static thread_local DeviceState s;
-  int dev = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (s.device != dev) {
+  if (s.device != device.device) {
     s = DeviceState{};
-    static_cast<DeviceLimits&>(s) = device_limits(dev);
+    static_cast<plan::DeviceLimits&>(s) = device;
   }
   return s;
 }
@@ -123,8 +123,8 @@ plan::SplitKPlan k_split_plan(const GroupedGemmArgs& a, const GemmLaunch& launch
   return sp;
 }
 
-// Split-K parameters of a warp-specialized launch of `grid` CTAs (plan/split_k.hpp).
-void set_k_splits(KernelParams& kp, const GroupedGemmArgs& a, const GemmLaunch& launch, int grid) {
+// Split-K parameters of a warp-specialized launch that runs `splits` parts (plan/split_k.hpp).
+void set_k_splits(KernelParams& kp, const GroupedGemmArgs& a, const GemmLaunch& launch, int splits) {
   const plan::GemmTile& tile = plan::kGemmTiles[launch.tile];
   const int64_t kt = a.k / tile.bk;
   FP4MOE_CHECK(launch.k_splits <= kt, "grouped GEMM: k_splits = " << launch.k_splits << " is more than the " << kt
@@ -137,7 +137,6 @@ void set_k_splits(KernelParams& kp, const GroupedGemmArgs& a, const GemmLaunch& 
                                                    launch.k_splits * plan::SplitKWorkspace::slot_bytes(tile)
                                             << ")");
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(a.split_workspace) % 16 == 0, "grouped GEMM: split_workspace is not 16-byte aligned");
-  const int splits = k_split_plan(a, launch, grid).splits;
   if (splits <= 1) return;
   kp.k_splits = splits;
   kp.split_slots = plan::SplitKWorkspace::slots(tile, a.split_workspace_bytes);
@@ -145,28 +144,8 @@ void set_k_splits(KernelParams& kp, const GroupedGemmArgs& a, const GemmLaunch& 
   kp.split_partials = reinterpret_cast<float*>(static_cast<uint8_t*>(a.split_workspace) + plan::SplitKWorkspace::kCounterBytes);
 }
 
-}  // namespace
-
-plan::SplitKPlan gemm_launch_k_splits(const GroupedGemmArgs& a, const GemmLaunch& launch) {
-  DeviceState& dev = current_device();
-  const plan::GemmTileFit fit = checked_fit(launch, a, dev.budget);
-  return k_split_plan(a, launch, launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, fit.smem_bytes));
-}
-
-int gemm_launch_grid(const GemmLaunch& launch) {
-  FP4MOE_CHECK(launch.grid > 0 || launch.stages >= 1,
-               "gemm_launch_grid: launch.stages = " << launch.stages << " (the planner's count is needed to size the grid)");
-  return launch.grid > 0 ? launch.grid : resident_ctas(current_device(), launch.tile, gemm_launch_smem_bytes(launch));
-}
-
-int64_t gemm_launch_smem_bytes(const GemmLaunch& launch) {
-  FP4MOE_CHECK(launch.tile >= 0 && launch.tile < plan::kNumGemmTiles,
-               "GEMM tile index " << launch.tile << " is outside 0.." << plan::kNumGemmTiles - 1);
-  return plan::gemm_layout(launch.tile).total_bytes(launch.stages);
-}
-
-void launch_fp4_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& launch, cudaStream_t stream) {
-  DeviceState& dev = current_device();
+// Every argument a launch needs, whatever its tile.
+void check_args(const GroupedGemmArgs& a) {
   FP4MOE_CHECK(a.num_experts >= 1 && a.num_experts <= GemmSmemLayout::kMaxExperts,
                "grouped GEMM: num_experts = " << a.num_experts << " is outside 1.." << GemmSmemLayout::kMaxExperts);
   FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.x && a.expert_offsets,
@@ -177,88 +156,121 @@ void launch_fp4_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& launch,
                  "grouped GEMM: scatter_add needs accumulate, permuted_pair, topk_weights and top_k");
     FP4MOE_CHECK(reinterpret_cast<uintptr_t>(a.accumulate) % 16 == 0,
                  "grouped GEMM: accumulate is not 16-byte aligned (the epilogue adds 4 floats at a time)");
-  }
-  else
+  } else {
     FP4MOE_CHECK(a.y, "grouped GEMM: y is null");
+  }
   FP4MOE_CHECK(a.permuted_rows >= 0, "grouped GEMM: permuted_rows = " << a.permuted_rows << " is negative");
   if (a.epilogue == GemmEpilogue::swiglu)
     FP4MOE_CHECK(a.n % 32 == 0, "grouped GEMM: SwiGLU needs N = " << a.n << " to be a multiple of 32 (16 gate + 16 up rows)");
-  // The planner decides whether this launch may run; nothing it rejects is launched.
-  const plan::GemmTileFit pl = checked_fit(launch, a, dev.budget);
-  const plan::GemmTile& tile = plan::kGemmTiles[launch.tile];
   FP4MOE_CHECK(a.activation == GemmActivation::silu || a.activation == GemmActivation::clamped_swiglu,
                "grouped GEMM: activation = " << static_cast<int>(a.activation) << " is not silu or clamped_swiglu");
   FP4MOE_CHECK(a.activation == GemmActivation::silu || (a.epilogue == GemmEpilogue::swiglu && a.swiglu_limit > 0 &&
                                                          std::isfinite(a.swiglu_limit) && std::isfinite(a.swiglu_alpha)),
                "grouped GEMM: the clamped SwiGLU needs the swiglu epilogue and a positive finite limit (limit = "
                    << a.swiglu_limit << ", alpha = " << a.swiglu_alpha << ")");
+}
+
+// The kernel's parameters for the launch (split-K and the early schedule are set by the caller).
+KernelParams kernel_params(const GroupedGemmArgs& a, const GemmLaunch& launch, int stages) {
+  return {.weights = a.weights,
+          .scales = a.scales,
+          .dequant_scale = a.dequant_scale,
+          .x = a.x,
+          .gather = a.gather,
+          .expert_offsets = a.expert_offsets,
+          .y = a.y,
+          .accumulate = a.accumulate,
+          .permuted_pair = a.permuted_pair,
+          .topk_weights = a.topk_weights,
+          .n = a.n,
+          .k = a.k,
+          .epilogue = static_cast<int>(a.epilogue),
+          .scale_parts = a.scale_parts,
+          .top_k = a.top_k,
+          .num_experts = static_cast<int>(a.num_experts),
+          .stages = stages,
+          .scale_add2 = pack::scale_add2(prepared_scale_exponent_add(a.format)),
+          .probe = launch.probe,
+          .permuted_rows = a.permuted_rows,
+          .offsets_ready_at_launch = 0,
+          .k_splits = 1,
+          .split_slots = 0,
+          .split_partials = nullptr,
+          .split_counters = nullptr,
+          .bias = a.bias,
+          .clamped_swiglu = a.activation == GemmActivation::clamped_swiglu,
+          .swiglu_limit = a.swiglu_limit,
+          .swiglu_alpha = a.swiglu_alpha};
+}
+
+}  // namespace
+
+PreparedGemm prepare_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& launch, const plan::DeviceLimits& device) {
+  DeviceState& dev = state_of(device);
+  FP4MOE_CHECK(launch.tile >= 0 && launch.tile < plan::kNumGemmTiles,
+               "grouped GEMM: tile index " << launch.tile << " is outside 0.." << plan::kNumGemmTiles - 1);
+  check_args(a);
+  // The planner decides whether this launch may run; nothing it rejects is launched.
+  const plan::GemmTileFit pl = checked_fit(launch, a, dev.budget);
+  const plan::GemmTile& tile = plan::kGemmTiles[launch.tile];
   const EpilogueInstance instance = is_biased(a) ? EpilogueInstance::biased : EpilogueInstance::plain;
   FP4MOE_CHECK(instance == EpilogueInstance::plain || a.bias,
                "grouped GEMM: the clamped SwiGLU runs in the biased epilogue, which needs bias [E, N] (zeros for none)");
-  const KernelFn fn = tile_kernel(launch.tile, instance);
-  const int64_t smem = pl.smem_bytes;
-  allow_smem(dev, launch.tile, instance, smem);
-  const int grid = launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, smem);
-  FP4MOE_CHECK(grid % tile.cluster_n == 0, "grouped GEMM: grid = " << grid << " CTAs is not a whole number of tile "
-                                                                 << plan::gemm_tile_name(launch.tile) << "'s clusters of "
-                                                                 << tile.cluster_n);
-  KernelParams kp{a.weights, a.scales, a.dequant_scale, a.x, a.gather, a.expert_offsets, a.y,
-                  a.accumulate, a.permuted_pair, a.topk_weights, a.n, a.k, static_cast<int>(a.epilogue),
-                  a.scale_parts, a.top_k, static_cast<int>(a.num_experts), pl.stages,
-                  pack::scale_add2(prepared_scale_exponent_add(a.format)),
-                  launch.probe, a.permuted_rows, 0, 1, 0, nullptr, nullptr, a.bias,
-                  a.activation == GemmActivation::clamped_swiglu, a.swiglu_limit, a.swiglu_alpha};
+  PreparedGemm g;
+  g.kernel = tile_kernel(launch.tile, instance);
+  g.tile = launch.tile;
+  g.stages = pl.stages;
+  g.smem_bytes = pl.smem_bytes;
+  g.threads = tile.threads();
+  g.cluster = tile.cluster_n;
+  allow_smem(dev, launch.tile, instance, g.smem_bytes);
+  g.grid = launch.grid > 0 ? launch.grid : resident_ctas(dev, launch.tile, g.smem_bytes);
+  FP4MOE_CHECK(g.grid % tile.cluster_n == 0, "grouped GEMM: grid = " << g.grid << " CTAs is not a whole number of tile "
+                                                                     << plan::gemm_tile_name(launch.tile) << "'s clusters of "
+                                                                     << tile.cluster_n);
+  g.dependent_launch = dependent_launch_enabled(reinterpret_cast<const void*>(g.kernel));
+  g.params = kernel_params(a, launch, pl.stages);
   FP4MOE_CHECK(launch.k_splits >= 0 && launch.k_splits <= plan::kMaxKSplits,
                "grouped GEMM: k_splits = " << launch.k_splits << " is outside 0.." << plan::kMaxKSplits);
   FP4MOE_CHECK(tile.splits_k() || launch.k_splits <= 1,
                "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile) << " does not split K (k_splits = "
                                     << launch.k_splits << "); warp-specialized tiles of up to 128 accumulators per thread do");
+  g.k_split = k_split_plan(a, launch, g.grid);
   // Warp-specialized tiles load every operand through a tensor map (TMA).
-  TensorMaps maps{};
   if (tile.warp_specialized) {
     FP4MOE_CHECK(a.permuted_rows > 0, "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile)
                                           << " loads the rows by TMA and needs permuted_rows (P = expert_offsets[E]), got "
                                           << a.permuted_rows);
     FP4MOE_CHECK(!a.gather, "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile)
                                                  << " loads its rows in expert order by TMA; gathered rows must be copied "
-                                                    "first (copy_rows_in_expert_order)");
-    // Every map is encoded (and checked) before anything is queued.
-    maps.weights = weight_tensor_map(a.weights, a.num_experts, a.n, a.k, tile);
-    maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile);
-    maps.x = activation_tensor_map(kp.x, a.permuted_rows, a.k, tile.nt);
+                                                    "first (a GEMM step's row copy)");
+    g.maps.weights = weight_tensor_map(a.weights, a.num_experts, a.n, a.k, tile);
+    g.maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile);
+    g.maps.x = activation_tensor_map(a.x, a.permuted_rows, a.k, tile.nt);
     if (tile.narrows_k_loop())  // an item narrower than nt copies its rows in boxes of 8 << j
       for (int j = 0; j < detail::kRowBoxMaps && (8 << j) < tile.nt; ++j)
-        maps.x_rows[j] = activation_tensor_map(kp.x, a.permuted_rows, a.k, 8 << j);
-    set_k_splits(kp, a, launch, grid);
+        g.maps.x_rows[j] = activation_tensor_map(a.x, a.permuted_rows, a.k, 8 << j);
+    set_k_splits(g.params, a, launch, g.k_split.splits);
     // (only where the launch may overlap its predecessor: without dependent
     // launch nothing is gained, and isolated launches measured slower with it)
-    kp.offsets_ready_at_launch = a.offsets_ready_at_launch && dependent_launch_enabled(reinterpret_cast<const void*>(fn));
+    g.params.offsets_ready_at_launch = a.offsets_ready_at_launch && g.dependent_launch;
   }
-  launch_dependent_in_clusters(fn, grid, tile.threads(), static_cast<size_t>(smem), static_cast<unsigned>(tile.cluster_n),
-                               stream, kp, maps);
+  return g;
+}
+
+void enqueue_grouped_gemm(const PreparedGemm& g, cudaStream_t stream) {
+  launch_dependent_in_clusters(g.kernel, g.dependent_launch, g.grid, g.threads, static_cast<size_t>(g.smem_bytes),
+                               static_cast<unsigned>(g.cluster), stream, g.params, g.maps);
   FP4MOE_CHECK_LAUNCH("fp4_grouped_gemm");
 }
 
-bool loads_rows_in_expert_order(int tile) {
-  FP4MOE_CHECK(tile >= 0 && tile < plan::kNumGemmTiles, "GEMM tile index " << tile << " is outside 0.." << plan::kNumGemmTiles - 1);
-  return plan::kGemmTiles[tile].warp_specialized;
-}
-
-GroupedGemmArgs copy_rows_in_expert_order(const GroupedGemmArgs& a, __nv_bfloat16* rows, cudaStream_t stream,
-                                          int64_t x_cols) {
-  FP4MOE_CHECK(rows, "copy_rows_in_expert_order: rows [" << a.permuted_rows << ", " << a.k << "] is null");
-  FP4MOE_CHECK(a.permuted_rows > 0, "copy_rows_in_expert_order: needs permuted_rows (P = expert_offsets[E]), got "
-                                        << a.permuted_rows);
-  GroupedGemmArgs b = a;
-  FP4MOE_CHECK(x_cols >= 0 && x_cols <= a.k, "copy_rows_in_expert_order: x_cols = " << x_cols << " is outside 0..K = " << a.k);
-  FP4MOE_CHECK(a.gather || x_cols == 0 || x_cols == a.k,
-               "copy_rows_in_expert_order: rows of " << x_cols << " columns for K = " << a.k << " need a gather");
-  if (!a.gather) return b;
-  // (one-row boxes and in-kernel cp.async gathers both measured slower than this copy; docs/kernels.md)
-  launch_gather_rows({a.x, a.gather, a.permuted_rows, x_cols ? x_cols : a.k, rows, a.k}, stream);
-  b.x = rows;
-  b.gather = nullptr;
-  return b;
+void rebind_activations(PreparedGemm& g, const __nv_bfloat16* x) {
+  FP4MOE_CHECK(x, "grouped GEMM: the activations x are null");
+  g.params.x = x;
+  if (!plan::kGemmTiles[g.tile].warp_specialized) return;
+  replace_tensor_map_address(g.maps.x, x);
+  for (int j = 0; j < detail::kRowBoxMaps && (8 << j) < plan::kGemmTiles[g.tile].nt; ++j)
+    if (plan::kGemmTiles[g.tile].narrows_k_loop()) replace_tensor_map_address(g.maps.x_rows[j], x);
 }
 
 }  // namespace fp4moe::kernels

@@ -47,7 +47,7 @@
 #include "kernels/ws_producer.cuh"
 #include "kernels/ws_schedule.cuh"
 #include "plan/gemm_layout.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::kernels {
 namespace {

@@ -9,7 +9,7 @@
 #include "fp4moe/error.hpp"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/routing_kernels.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::kernels {
 namespace {

@@ -28,4 +28,7 @@ CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64
 // {bk, bm/16} is a stage's [bm/16 row groups][bk/128 granules][128].
 CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, const plan::GemmTile& t);
 
+// A map's global address replaced, its shape and box kept (cuTensorMapReplaceAddress).
+void replace_tensor_map_address(CUtensorMap& map, const void* base);
+
 }  // namespace fp4moe::kernels

@@ -6,7 +6,7 @@
 #include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
 #include "kernels/prepare_weights.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::kernels {
 namespace {

@@ -11,7 +11,7 @@
 #include "kernels/dependent_launch.cuh"
 #include "kernels/routing_kernels.hpp"
 #include "reference/router_math.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::kernels {
 namespace {

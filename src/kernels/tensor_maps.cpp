@@ -7,24 +7,27 @@
 #include "fp4moe/error.hpp"
 #include "kernels/grouped_gemm_kernels.hpp"
 #include "plan/tma_geometry.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::kernels {
 namespace {
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda).
+// A driver function through the runtime's driver entry point (no -lcuda).
+template <typename Fn>
+Fn driver_function(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  FP4MOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found));
+  FP4MOE_CHECK(found == cudaDriverEntryPointSuccess && fn, "the driver has no " << name << " (CUDA 12.0+ needed)");
+  return reinterpret_cast<Fn>(fn);
+}
+
 CUtensorMap encode_tiled(CUtensorMapDataType type, cuuint32_t rank, const void* base, const cuuint64_t* dims,
                          const cuuint64_t* strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle, const char* what) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                               const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                               CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    FP4MOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-    FP4MOE_CHECK(found == cudaDriverEntryPointSuccess && fn, "the driver has no cuTensorMapEncodeTiled (CUDA 12.0+ needed)");
-    return reinterpret_cast<Encode>(fn);
-  }();
+  static const Encode encode = driver_function<Encode>("cuTensorMapEncodeTiled");
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, what << ": the base address is not 16-byte aligned");
   CUtensorMap map;
   const cuuint32_t elem_strides[3] = {1, 1, 1};
@@ -36,6 +39,14 @@ CUtensorMap encode_tiled(CUtensorMapDataType type, cuuint32_t rank, const void* 
 }
 
 }  // namespace
+
+void replace_tensor_map_address(CUtensorMap& map, const void* base) {
+  using Replace = CUresult (*)(CUtensorMap*, void*);
+  static const Replace replace = driver_function<Replace>("cuTensorMapReplaceAddress");
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, "tensor map: the new base address is not 16-byte aligned");
+  const CUresult r = replace(&map, const_cast<void*>(base));
+  FP4MOE_CHECK(r == CUDA_SUCCESS, "cuTensorMapReplaceAddress failed (CUresult " << int(r) << ")");
+}
 
 CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t k, int nt) {
   FP4MOE_CHECK(k % 64 == 0 && rows > 0,

@@ -30,6 +30,11 @@ const Arch* find_arch_by_cc(int cc) {
   return nullptr;
 }
 
+bool SmemBudget::has_wgmma() const {
+  const Arch* a = find_arch_by_cc(cc);
+  return a && a->has_wgmma;
+}
+
 const Arch& find_arch(std::string_view name) {
   std::string digits;
   for (char c : name) {

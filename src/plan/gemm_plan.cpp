@@ -38,7 +38,7 @@ GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   f.stages = stages_request > 0 ? stages_request : f.auto_stages;
   f.smem_bytes = L.total_bytes(f.stages);
   using Why = GemmTileFit::Why;
-  if ((t.wgmma || t.warp_specialized) && budget.cc != 90) f.why = Why::needs_sm90;
+  if ((t.wgmma || t.warp_specialized) && !budget.has_wgmma()) f.why = Why::needs_sm90;
   else if (biased && !t.biased_instance) f.why = Why::no_biased_instance;
   else if (t.wgmma && wgmma_switched_off()) f.why = Why::wgmma_switched_off;
   else if (n % t.bm != 0 || k % t.bk != 0) f.why = Why::does_not_divide;
@@ -208,7 +208,7 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
   // columns cover). Under half an item of 256 rows per SM (a single expert, the
   // shared one, at a few hundred tokens): the 128-row tile, which splits K.
   // docs/planner.md has the measurements behind each threshold.
-  if (capacity.cc == 90 && tokens_per_expert >= 12 && !wgmma_switched_off()) {
+  if (capacity.has_wgmma() && tokens_per_expert >= 12 && !wgmma_switched_off()) {
     const int64_t rows = int64_t(std::ceil(tokens_per_expert));
     const double items_of_256_rows = double(active_experts) * double(token_chunks(rows, 128, 144)) * double((n + 255) / 256);
     const bool few_items = 2 * items_of_256_rows < sm_count;

@@ -139,4 +139,14 @@ MoeWeights random_moe_weights(const MoeConfig& cfg, Fp4Format format, uint64_t s
   return w;
 }
 
+std::vector<float> gaussian_logits(int64_t tokens, int64_t experts, uint64_t seed, float stddev) {
+  FP4MOE_CHECK(tokens >= 0 && experts >= 1 && stddev > 0,
+               "gaussian_logits: [" << tokens << ", " << experts << "] with stddev " << stddev);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.f, stddev);
+  std::vector<float> logits(size_t(tokens * experts));
+  for (float& v : logits) v = d(rng);
+  return logits;
+}
+
 }  // namespace fp4moe

@@ -9,7 +9,7 @@
 
 #include "fp4moe/error.hpp"
 
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "runtime/timing.hpp"
 
 namespace fp4moe {

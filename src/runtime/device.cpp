@@ -4,7 +4,7 @@
 
 #include "plan/arch.hpp"
 #include "runtime/device_limits.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe {
 
@@ -68,11 +68,10 @@ DeviceLimits device_limits(int device) {
   DeviceLimits d;
   d.device = device;
   d.sm_count = attr(cudaDevAttrMultiProcessorCount);
-  d.cc = attr(cudaDevAttrComputeCapabilityMajor) * 10 + attr(cudaDevAttrComputeCapabilityMinor);
   d.budget.optin_per_block = attr(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   d.budget.per_sm = attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
   d.budget.reserved_per_block = attr(cudaDevAttrReservedSharedMemoryPerBlock);
-  d.budget.cc = d.cc;
+  d.budget.cc = attr(cudaDevAttrComputeCapabilityMajor) * 10 + attr(cudaDevAttrComputeCapabilityMinor);
   return d;
 }
 

@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe {
 

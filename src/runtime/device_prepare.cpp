@@ -9,7 +9,7 @@
 #include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
 #include "kernels/prepare_weights.hpp"
-#include "runtime/moe_layer_impl.hpp"
+#include "runtime/prepared_projection.hpp"
 
 namespace fp4moe {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/median.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe {
 

@@ -62,11 +62,11 @@ TEST(GemmPlan, RankingPicksWarpSpecializedTilesOnlyOnSm90) {
       // sm_90: warp-specialized at every size, with warpgroup MMA from 12 tokens per expert:
       // 64-token tiles below 48, 128-token tiles above, from 112 the one whose last chunk takes 16 more rows,
       // from 192 its chunks of 136
-      EXPECT_EQ(kGemmTiles[t].warp_specialized, arch.cc == 90) << arch.name << " tokens/expert " << tpe << ": "
+      EXPECT_EQ(kGemmTiles[t].warp_specialized, arch.has_wgmma) << arch.name << " tokens/expert " << tpe << ": "
                                                                   << gemm_tile_name(t);
-      EXPECT_EQ(kGemmTiles[t].wgmma, arch.cc == 90 && tpe >= 12) << arch.name << " tokens/expert " << tpe << ": "
+      EXPECT_EQ(kGemmTiles[t].wgmma, arch.has_wgmma && tpe >= 12) << arch.name << " tokens/expert " << tpe << ": "
                                                                      << gemm_tile_name(t);
-      if (arch.cc == 90 && tpe >= 12) {
+      if (arch.has_wgmma && tpe >= 12) {
         EXPECT_EQ(kGemmTiles[t].nt, tpe >= 112 ? 144 : tpe >= 48 ? 128 : 64) << gemm_tile_name(t);
         EXPECT_EQ(kGemmTiles[t].chunk(), tpe >= 192 ? 136 : tpe >= 48 ? 128 : 64) << gemm_tile_name(t);
         EXPECT_EQ(kGemmTiles[t].bk, tpe >= 48 ? 128 : 256) << gemm_tile_name(t);  // K = 6144 takes stages of 256

@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "fp4moe/error.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 
 namespace fp4moe::test {
 namespace {

@@ -13,10 +13,17 @@
 #include "common/parallel.hpp"
 #include "fp4moe/device.hpp"
 #include "fp4moe/format.hpp"
+#include "plan/arch.hpp"
 
 namespace fp4moe::test {
 
 inline bool have_gpu(std::string* why) { return !list_devices(why).empty(); }
+
+// Whether the first device runs fp4moe's sm_90a kernels (plan::Arch::has_wgmma).
+inline bool first_device_has_wgmma() {
+  const auto devs = list_devices();
+  return !devs.empty() && plan::SmemBudget{0, 0, 0, devs[0].cc}.has_wgmma();
+}
 
 #define FP4MOE_REQUIRE_GPU()                                                          \
   do {                                                                                \

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "fp4moe/error.hpp"
-#include "runtime/ceilings.hpp"
-#include "runtime/layer_benchmark.hpp"
-#include "runtime/report_json.hpp"
+#include "measure/ceilings.hpp"
+#include "measure/layer_benchmark.hpp"
+#include "measure/report_json.hpp"
 
 namespace fp4moe {
 namespace {

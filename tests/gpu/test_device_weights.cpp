@@ -12,7 +12,7 @@
 #include "fp4moe/reference.hpp"
 #include "gpu_test_util.hpp"
 #include "runtime/device_buffer.hpp"
-#include "runtime/moe_layer_impl.hpp"
+#include "runtime/prepared_projection.hpp"
 
 namespace fp4moe {
 namespace {
@@ -165,10 +165,7 @@ TEST(GpuDeviceWeights, LayerFromDeviceTensorsEqualsTheHostLayerAndRoutedEqualsRo
     Layered l = make_layered(name, 7);
     const int64_t T = 37;
     const test::Bf16Matrix x = test::random_bf16(T * l.cfg.hidden, 8);
-    std::vector<float> logits(size_t(T * l.cfg.num_experts));
-    std::mt19937_64 rng(9);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    for (float& v : logits) v = nd(rng);
+    const std::vector<float> logits = gaussian_logits(T, l.cfg.num_experts, 9);
     LayerOptions o;
     o.max_tokens = 64;
     o.finalize = FinalizeMode::split;
@@ -186,10 +183,7 @@ TEST(GpuDeviceWeights, HeldExpertRangeAndBadIds) {
   const MoeConfig& c = l.cfg;
   const int64_t T = 29, begin = 2, count = 3;
   const test::Bf16Matrix x = test::random_bf16(T * c.hidden, 12);
-  std::vector<float> logits(size_t(T * c.num_experts));
-  std::mt19937_64 rng(13);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (float& v : logits) v = nd(rng);
+  const std::vector<float> logits = gaussian_logits(T, c.num_experts, 13);
   Routing r = route_reference(c, logits.data(), T, {});
   LayerOptions o;
   o.max_tokens = T;

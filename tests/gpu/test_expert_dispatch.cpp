@@ -12,7 +12,7 @@
 #include "kernels/expert_dispatch.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "parallel/partition.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
 
 namespace fp4moe {

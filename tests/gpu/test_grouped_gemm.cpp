@@ -13,6 +13,8 @@
 #include "gpu_reference.hpp"
 #include "gpu_test_util.hpp"
 #include "kernels/fp4_grouped_gemm.hpp"
+#include "runtime/device_limits.hpp"
+#include "runtime/gemm_step.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "plan/gemm_plan.hpp"
 #include "plan/split_k.hpp"
@@ -44,21 +46,18 @@ enum class Rows {
   contiguous,  // row p reads X[p], X has P rows (warp-specialized tiles: nt-row TMA boxes)
 };
 
-// A GEMM's arguments for prepared weights and activation rows on the device;
-// routing, outputs and row count are the caller's.
-kernels::GroupedGemmArgs weights_and_rows(const DeviceBuffer<uint8_t>& w, const DeviceBuffer<uint8_t>& s,
-                                         const DeviceBuffer<float>& gs, Fp4Format format, int64_t experts, int64_t n,
-                                         int64_t k, const DeviceBuffer<uint16_t>& x) {
-  kernels::GroupedGemmArgs a;
-  a.weights = w.get();
-  a.scales = s.get();
-  a.dequant_scale = gs.get();
-  a.format = format;
-  a.num_experts = experts;
-  a.n = n;
-  a.k = k;
-  a.x = reinterpret_cast<const __nv_bfloat16*>(x.get());
-  return a;
+// A GEMM step of prepared weights and activation rows on the device
+// (runtime/gemm_step.hpp); routing, outputs and row count are the caller's.
+struct GemmCase {
+  ProjectionView w;
+  GemmOperands io;
+};
+GemmCase weights_and_rows(const DeviceBuffer<uint8_t>& w, const DeviceBuffer<uint8_t>& s, const DeviceBuffer<float>& gs,
+                          Fp4Format format, int64_t experts, int64_t n, int64_t k, const DeviceBuffer<uint16_t>& x) {
+  GemmCase c;
+  c.w = {w.get(), s.get(), gs.get(), nullptr, 1, format, n, k, experts};
+  c.io.x = reinterpret_cast<const __nv_bfloat16*>(x.get());
+  return c;
 }
 
 // Above this many multiply-adds the GPU reference checks a case (the CPU's
@@ -115,12 +114,13 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   DeviceBuffer<int32_t> doff(offsets), dgather(gather);
   dy.fill_bytes(0xFF);  // bf16 NaN: every element must be overwritten
 
-  kernels::GroupedGemmArgs args = weights_and_rows(set.weights, set.scales, set.dequant_scale, format, E, n, k, dx);
-  args.gather = contiguous ? nullptr : dgather.get();
-  args.permuted_rows = stop_at >= 0 ? stop_at : P;  // stop_at < P: a caller's P below expert_offsets[E]
+  GemmCase args = weights_and_rows(set.weights, set.scales, set.dequant_scale, format, E, n, k, dx);
+  args.io.gather = contiguous ? nullptr : dgather.get();
+  args.io.rows = stop_at >= 0 ? stop_at : P;  // stop_at < P: a caller's P below expert_offsets[E]
   DeviceBuffer<uint16_t> workspace(size_t(std::max<int64_t>(P, 1) * k));
-  args.expert_offsets = doff.get();
-  args.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
+  args.io.row_copy = reinterpret_cast<__nv_bfloat16*>(workspace.get());
+  args.io.offsets = doff.get();
+  args.io.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
   kernels::GemmLaunch launch;
   launch.tile = tile;
   launch.stages = plan::plan_gemm_tile(tile, n, k, capacity).stages;
@@ -131,34 +131,29 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
     split_workspace.fill_bytes(0xFF);  // slots poisoned, then the arrival counters zeroed
     FP4MOE_CUDA_CHECK(cudaMemset(split_workspace.get(), 0, size_t(plan::SplitKWorkspace::kCounterBytes)));
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-    args.split_workspace = split_workspace.get();
-    args.split_workspace_bytes = int64_t(split_workspace.bytes());
+    args.io.split_workspace = split_workspace.get();
+    args.io.split_workspace_bytes = int64_t(split_workspace.bytes());
     launch.k_splits = k_splits;
     const plan::GemmTile& t = plan::kGemmTiles[tile];
     int64_t chunks = 0;
     for (int c : counts) chunks += t.chunks_of(c);
-    const int planned = kernels::gemm_launch_k_splits(args, launch).splits;
-    r.effective_splits = chunks * (n / t.bm) * planned <= plan::SplitKWorkspace::slots(t, args.split_workspace_bytes) ? planned : 1;
+    const int planned = prepare_gemm_step(args.w, args.io, launch, device_limits(0)).gemm.k_split.splits;
+    r.effective_splits = chunks * (n / t.bm) * planned <= plan::SplitKWorkspace::slots(t, args.io.split_workspace_bytes) ? planned : 1;
   }
   // behind_another: each launch reads its schedule and starts loading weights
   // early, queued right behind a launch of the same GEMM into a decoy output
   // (dependent launch: it may start while that one runs)
-  args.offsets_ready_at_launch = behind_another;
+  args.io.offsets_ready_at_launch = behind_another;
   DeviceBuffer<uint16_t> decoy(behind_another ? dy.size() : 0);
   cudaStream_t stream = nullptr;  // the legacy stream, or with behind_another a stream of its own (freed on any exit)
   if (behind_another) FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream_owner(stream, cudaStreamDestroy);
   // (a tile that loads its rows by TMA gets the gathered rows copied in expert order first, as the layer does)
-  auto launch_one = [&](const kernels::GroupedGemmArgs& g) {
-    const bool copy = g.gather && kernels::loads_rows_in_expert_order(launch.tile);
-    kernels::launch_fp4_grouped_gemm(
-        copy ? kernels::copy_rows_in_expert_order(g, reinterpret_cast<__nv_bfloat16*>(workspace.get()), stream) : g, launch,
-        stream);
-  };
+  auto launch_one = [&](const GemmCase& g) { launch_gemm_step(g.w, g.io, launch, stream); };
   auto launch_gemm = [&] {
     if (behind_another) {
-      kernels::GroupedGemmArgs first = args;
-      first.y = reinterpret_cast<__nv_bfloat16*>(decoy.get());
+      GemmCase first = args;
+      first.io.y = reinterpret_cast<__nv_bfloat16*>(decoy.get());
       launch_one(first);
     }
     launch_one(args);
@@ -220,7 +215,7 @@ std::vector<int> warp_specialized_tiles(int64_t n, int64_t k, const plan::SmemBu
   std::vector<int> tiles;
   for (int t = 0; t < plan::kNumGemmTiles; ++t)
     if (plan::kGemmTiles[t].warp_specialized && plan::plan_gemm_tile(t, n, k, budget).fits) tiles.push_back(t);
-  if (budget.cc == 90) {
+  if (budget.has_wgmma()) {
     EXPECT_FALSE(tiles.empty()) << "no warp-specialized tile fits this sm_90 device";
   }
   return tiles;
@@ -335,23 +330,23 @@ TEST(GpuGroupedGemm, SkewedRoutingManyExperts) {
 
 TEST(GpuGroupedGemm, RejectsWhatThePlannerRejects) {
   FP4MOE_REQUIRE_GPU();
-  kernels::GroupedGemmArgs args;  // null pointers: refused before any launch
+  GemmCase args;  // null pointers: refused before any launch
   kernels::GemmLaunch launch;
-  args.num_experts = 1, args.n = 256, args.k = 2048;
-  EXPECT_THROW(kernels::launch_fp4_grouped_gemm(args, launch, nullptr), Error);
+  args.w.experts = 1, args.w.n = 256, args.w.k = 2048;
+  EXPECT_THROW(launch_gemm_step(args.w, args.io, launch, nullptr), Error);
   launch.tile = 99;
-  EXPECT_THROW(kernels::gemm_launch_smem_bytes(launch), Error);
+  EXPECT_THROW(launch_gemm_step(args.w, args.io, launch, nullptr), Error);
   // A negative row count is named before anything is launched (the pointers are never dereferenced).
-  static uint8_t dummy[16];
-  args.weights = args.scales = dummy;
-  args.dequant_scale = reinterpret_cast<const float*>(dummy);
-  args.x = reinterpret_cast<const __nv_bfloat16*>(dummy);
-  args.expert_offsets = reinterpret_cast<const int32_t*>(dummy);
-  args.y = reinterpret_cast<__nv_bfloat16*>(dummy);
-  args.permuted_rows = -1;
+  alignas(16) static uint8_t dummy[16];
+  args.w.weights = args.w.scales = dummy;
+  args.w.dequant_scale = reinterpret_cast<const float*>(dummy);
+  args.io.x = reinterpret_cast<const __nv_bfloat16*>(dummy);
+  args.io.offsets = reinterpret_cast<const int32_t*>(dummy);
+  args.io.y = reinterpret_cast<__nv_bfloat16*>(dummy);
+  args.io.rows = -1;
   launch.tile = 0;
   try {
-    kernels::launch_fp4_grouped_gemm(args, launch, nullptr);
+    launch_gemm_step(args.w, args.io, launch, nullptr);
     ADD_FAILURE() << "permuted_rows = -1 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("permuted_rows = -1"), std::string::npos) << e.what();
@@ -359,21 +354,22 @@ TEST(GpuGroupedGemm, RejectsWhatThePlannerRejects) {
   // A warp-specialized tile needs the row count for its tensor map, and a workspace for gathered rows.
   for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
     if (!plan::kGemmTiles[tile].warp_specialized || !plan::plan_gemm_tile(tile, 256, 2048, device_capacity()).fits) continue;
-    args.permuted_rows = 0;
+    args.io.rows = 0;
     launch.tile = tile;
     try {
-      kernels::launch_fp4_grouped_gemm(args, launch, nullptr);
+      launch_gemm_step(args.w, args.io, launch, nullptr);
       ADD_FAILURE() << "permuted_rows = 0 was accepted by " << plan::gemm_tile_name(tile);
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("needs permuted_rows"), std::string::npos) << e.what();
     }
-    args.permuted_rows = 1;
-    args.gather = reinterpret_cast<const int32_t*>(dummy);
+    args.io.rows = 1;
+    args.io.gather = reinterpret_cast<const int32_t*>(dummy);
     try {
-      kernels::launch_fp4_grouped_gemm(args, launch, nullptr);
-      ADD_FAILURE() << "gathered rows were accepted by " << plan::gemm_tile_name(tile) << ", which loads them by TMA";
+      launch_gemm_step(args.w, args.io, launch, nullptr);
+      ADD_FAILURE() << "gathered rows without a row copy were accepted by " << plan::gemm_tile_name(tile)
+                    << ", which loads them by TMA";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("copy_rows_in_expert_order"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("copied in expert order"), std::string::npos) << e.what();
     }
     break;
   }
@@ -429,7 +425,7 @@ TEST(GpuGroupedGemm, WarpgroupTilesAtPrefillSizes) {
       std::printf("  %-30s N 6144 K 2048 contiguous rows rel err %.3e\n", p.config.c_str(), tma.rel_err);
     }
   }
-  if (budget.cc == 90) {
+  if (budget.has_wgmma()) {
     EXPECT_GE(ran, 1) << "no warpgroup tile fits this sm_90 device";
   }
 }
@@ -460,7 +456,7 @@ TEST(GpuGroupedGemm, PrefillTilesAtTheOtherModelShapes) {
       std::printf("  %-38s N %5ld K %5ld rel err %.3e\n", p.config.c_str(), long(n), long(k), r.rel_err);
     }
   }
-  if (budget.cc == 90) {
+  if (budget.has_wgmma()) {
     EXPECT_EQ(ran, prefill_tiles) << "every prefill tile should fit its shape on sm_90";
     EXPECT_GE(ran, 3) << "every shape should run";
   }
@@ -635,18 +631,18 @@ TEST(GpuGroupedGemm, EarlyStartSeesOffsetsWrittenTwoLaunchesBack) {
     pa.permuted_token = token.get();
     pa.pair_pos = pos.get();
     pa.status = status.get();
-    kernels::GroupedGemmArgs g = weights_and_rows(dw, ds, dgs, Fp4Format::nvfp4, E, n, k, dx);
-    g.permuted_rows = P;
-    g.offsets_ready_at_launch = true;
-    kernels::GroupedGemmArgs first = g;
-    first.expert_offsets = ddecoy_off.get();
-    first.y = reinterpret_cast<__nv_bfloat16*>(decoy.get());
-    g.expert_offsets = doff.get();
-    g.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
+    GemmCase g = weights_and_rows(dw, ds, dgs, Fp4Format::nvfp4, E, n, k, dx);
+    g.io.rows = P;
+    g.io.offsets_ready_at_launch = true;
+    GemmCase first = g;
+    first.io.offsets = ddecoy_off.get();
+    first.io.y = reinterpret_cast<__nv_bfloat16*>(decoy.get());
+    g.io.offsets = doff.get();
+    g.io.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
     const kernels::GemmLaunch launch{.tile = tile, .stages = plan::plan_gemm_tile(tile, n, k, budget).stages, .k_splits = 1};
     kernels::launch_permute(pa, stream);
-    kernels::launch_fp4_grouped_gemm(first, launch, stream);
-    kernels::launch_fp4_grouped_gemm(g, launch, stream);
+    launch_gemm_step(first.w, first.io, launch, stream);
+    launch_gemm_step(g.w, g.io, launch, stream);
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
     const std::vector<int32_t> got_off = doff.download();

@@ -14,6 +14,7 @@
 #include "fp4moe/reference.hpp"
 #include "gpu_test_util.hpp"
 #include "kernels/fp4_grouped_gemm.hpp"
+#include "runtime/gemm_step.hpp"
 #include "plan/gemm_plan.hpp"
 #include "reference/detail.hpp"
 #include "runtime/device_buffer.hpp"
@@ -98,16 +99,16 @@ struct DeviceCase {
       : weights(c.prepared.weights), scales(c.prepared.scales), dequant_scale(c.prepared.dequant_scale), bias(c.bias),
         topk_weights(c.topk_weights), accumulate(static_cast<size_t>(kTokens * kN)), offsets(c.offsets),
         pair(c.pair_of_row), x(c.x.bits), y(static_cast<size_t>(c.offsets.back() * kN)) {}
-  kernels::GroupedGemmArgs args(const EpilogueCase& c, kernels::GemmEpilogue epi) const {
-    kernels::GroupedGemmArgs a;
-    a.weights = weights.get(), a.scales = scales.get(), a.dequant_scale = dequant_scale.get();
-    a.scale_parts = c.prepared.scale_parts, a.format = c.prepared.format;
-    a.num_experts = int64_t(kCounts.size()), a.n = kN, a.k = kK;
+  ProjectionView projection(const EpilogueCase& c) const {
+    return {weights.get(), scales.get(), dequant_scale.get(), bias.get(), c.prepared.scale_parts, c.prepared.format, kN,
+            kK, int64_t(kCounts.size())};
+  }
+  GemmOperands operands(const EpilogueCase& c, kernels::GemmEpilogue epi) const {
+    GemmOperands a;
     a.x = reinterpret_cast<const __nv_bfloat16*>(x.get());
-    a.permuted_rows = c.offsets.back();
-    a.expert_offsets = offsets.get();
+    a.rows = c.offsets.back();
+    a.offsets = offsets.get();
     a.epilogue = epi;
-    a.bias = bias.get();
     a.y = reinterpret_cast<__nv_bfloat16*>(y.get());
     if (epi == kernels::GemmEpilogue::scatter_add) {
       a.accumulate = accumulate.get(), a.permuted_pair = pair.get(), a.topk_weights = topk_weights.get(), a.top_k = kTopK;
@@ -163,7 +164,7 @@ TEST(GpuGroupedGemmEpilogues, BiasesAndClampedSwigluOnEveryTile) {
         EXPECT_FALSE(plan::kGemmTiles[tile].biased_instance) << name;
         const kernels::GemmLaunch plain{.tile = tile, .stages = plan::plan_gemm_tile(tile, kN, kK, device_budget()).stages};
         try {
-          kernels::launch_fp4_grouped_gemm(d.args(c, kernels::GemmEpilogue::store), plain, nullptr);
+          launch_gemm_step(d.projection(c), d.operands(c, kernels::GemmEpilogue::store), plain, nullptr);
           ADD_FAILURE() << name << " launched a biased GEMM without a biased instance";
         } catch (const Error& e) {
           EXPECT_NE(std::string(e.what()).find("biased epilogue instance"), std::string::npos) << e.what();
@@ -177,7 +178,7 @@ TEST(GpuGroupedGemmEpilogues, BiasesAndClampedSwigluOnEveryTile) {
          {kernels::GemmEpilogue::store, kernels::GemmEpilogue::swiglu, kernels::GemmEpilogue::scatter_add}) {
       d.y.fill_bytes(0xFF);
       d.accumulate.fill_bytes(0);
-      kernels::launch_fp4_grouped_gemm(d.args(c, epi), launch, nullptr);
+      launch_gemm_step(d.projection(c), d.operands(c, epi), launch, nullptr);
       FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
       int64_t unwritten = 0;
       double err = 0;
@@ -206,20 +207,21 @@ TEST(GpuGroupedGemmEpilogues, ClampedSwigluWithoutBiasIsRefused) {
   FP4MOE_REQUIRE_GPU();
   const EpilogueCase c = make_case(92);
   DeviceCase d(c);
-  kernels::GroupedGemmArgs a = d.args(c, kernels::GemmEpilogue::swiglu);
-  a.bias = nullptr;
+  ProjectionView w = d.projection(c);
+  GemmOperands a = d.operands(c, kernels::GemmEpilogue::swiglu);
+  w.bias = nullptr;
   int tile = 0;
   while (!plan::plan_gemm_tile(tile, kN, kK, device_budget(), 0, true).fits) ++tile;
   const kernels::GemmLaunch launch{.tile = tile, .stages = plan::plan_gemm_tile(tile, kN, kK, device_budget(), 0, true).stages};
   try {
-    kernels::launch_fp4_grouped_gemm(a, launch, nullptr);
+    launch_gemm_step(w, a, launch, nullptr);
     FAIL() << "the clamped SwiGLU without a bias launched";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bias"), std::string::npos) << e.what();
   }
-  a = d.args(c, kernels::GemmEpilogue::store);
+  a = d.operands(c, kernels::GemmEpilogue::store);
   a.activation = kernels::GemmActivation::clamped_swiglu;
-  EXPECT_THROW(kernels::launch_fp4_grouped_gemm(a, launch, nullptr), Error);  // the clamp needs the swiglu epilogue
+  EXPECT_THROW(launch_gemm_step(d.projection(c), a, launch, nullptr), Error);  // the clamp needs the swiglu epilogue
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "fp4moe/reference.hpp"
 #include "fp4moe/layer.hpp"
 #include "fp4moe/parallel.hpp"
 #include "gpu_test_util.hpp"
@@ -21,12 +22,7 @@ struct Inputs {
 };
 
 Inputs inputs(const MoeConfig& c, int64_t T, uint64_t seed) {
-  Inputs in{test::random_bf16(T * c.hidden, seed), {}};
-  std::mt19937_64 rng(seed + 1);
-  std::normal_distribution<float> d(0.f, 1.f);
-  in.logits.resize(size_t(T * c.num_experts));
-  for (float& v : in.logits) v = d(rng);
-  return in;
+  return {test::random_bf16(T * c.hidden, seed), gaussian_logits(T, c.num_experts, seed + 1)};
 }
 
 template <class Layer, class... RowsPerRank>

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 
+#include "fp4moe/reference.hpp"
 #include "fp4moe/checkpoint.hpp"
 #include "fp4moe/layer.hpp"
 #include "gpu_test_util.hpp"
@@ -119,10 +120,7 @@ TEST(GpuReplay, CliReplaysWithAndWithoutRouterLogits) {
   const MoeConfig& c = l.config;
   const int64_t T = 24;
   const test::Bf16Matrix x = test::random_bf16(T * c.hidden, 42);
-  std::mt19937_64 rng(43);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> logits(size_t(T * c.num_experts));
-  for (float& v : logits) v = d(rng);
+  const std::vector<float> logits = gaussian_logits(T, c.num_experts, 43);
   io::write_safetensors(s / "with_logits.safetensors",
                         {{"hidden_states", io::Dtype::BF16, {T, c.hidden}, x.bits.data(), x.bits.size() * 2},
                          {"router_logits", io::Dtype::F32, {T, c.num_experts}, logits.data(), logits.size() * 4}});

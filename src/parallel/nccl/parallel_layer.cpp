@@ -8,9 +8,9 @@
 #include "kernels/expert_dispatch.hpp"
 #include "parallel/nccl/nccl_check.hpp"
 #include "parallel/partition.hpp"
-#include "runtime/cuda_check.hpp"
+#include "common/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
-#include "runtime/moe_layer_impl.hpp"
+#include "runtime/layer_core.hpp"
 
 namespace fp4moe {
 
@@ -33,9 +33,21 @@ struct ParallelMoeLayer::Impl {
   DeviceBuffer<float> returned;
   // fp32 partial sums: [G rows, H] (expert modes) or [max_tokens, H] (tensor), and the reduced rows (allgather)
   DeviceBuffer<float> partial, reduced;
-};
 
-MoeLayer::Impl& ParallelMoeLayer::inner(MoeLayer& layer) { return *layer.impl_; }
+  LayerCore& core() { return layer->core(); }
+  void set_step_rows(int64_t tokens, int64_t rows_per_rank);
+  void forward_expert_allgather(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
+                                __nv_bfloat16* out);
+  void forward_expert_alltoall(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
+                               __nv_bfloat16* out);
+  void forward_tensor(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T, __nv_bfloat16* out);
+  void exchange_blocks(cudaStream_t s, bool partial_rows);
+  void allgather_exchange(cudaStream_t s, bool partial_rows);
+  void allreduce_sums(cudaStream_t s, int64_t T);
+  void experts_over_rows(cudaStream_t s, const __nv_bfloat16* rows_hidden, const int32_t* rows_ids,
+                         const float* rows_weights, int64_t rows, int64_t plan_tokens, int64_t own_tokens, float* sums);
+  const __nv_bfloat16* shared_expert(cudaStream_t s, const __nv_bfloat16* hidden, int64_t T);
+};
 
 ParallelMoeLayer::ParallelMoeLayer(const MoeConfig& cfg, const MoeWeights& weights, ParallelMode mode, ncclComm_t comm,
                                    const LayerOptions& opts, const ParallelOptions& popts)
@@ -109,8 +121,8 @@ ParallelMode ParallelMoeLayer::mode() const { return impl_->mode; }
 MoeLayer& ParallelMoeLayer::local() { return *impl_->layer; }
 int64_t ParallelMoeLayer::alltoall_capacity() const { return impl_->capacity; }
 
-void ParallelMoeLayer::set_step_rows(int64_t tokens, int64_t rows_per_rank) {
-  Impl& p = *impl_;
+void ParallelMoeLayer::Impl::set_step_rows(int64_t tokens, int64_t rows_per_rank) {
+  Impl& p = *this;
   FP4MOE_CHECK(tokens >= 0 && tokens <= p.max_tokens,
                "ParallelMoeLayer::forward: tokens = " << tokens << " is outside 0..max_tokens = " << p.max_tokens);
   const int64_t R = rows_per_rank < 0 ? p.max_tokens : rows_per_rank;
@@ -122,12 +134,13 @@ void ParallelMoeLayer::set_step_rows(int64_t tokens, int64_t rows_per_rank) {
 
 void ParallelMoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits,
                                int64_t tokens, __nv_bfloat16* out, int64_t rows_per_rank) {
-  set_step_rows(tokens, rows_per_rank);
+  Impl& p = *impl_;
+  p.set_step_rows(tokens, rows_per_rank);
   FP4MOE_CHECK(hidden && router_logits && out, "ParallelMoeLayer::forward: a device pointer is null");
-  switch (impl_->mode) {
-    case ParallelMode::expert_allgather: return forward_expert_allgather(stream, hidden, router_logits, tokens, out);
-    case ParallelMode::expert_alltoall: return forward_expert_alltoall(stream, hidden, router_logits, tokens, out);
-    case ParallelMode::tensor: return forward_tensor(stream, hidden, router_logits, tokens, out);
+  switch (p.mode) {
+    case ParallelMode::expert_allgather: return p.forward_expert_allgather(stream, hidden, router_logits, tokens, out);
+    case ParallelMode::expert_alltoall: return p.forward_expert_alltoall(stream, hidden, router_logits, tokens, out);
+    case ParallelMode::tensor: return p.forward_tensor(stream, hidden, router_logits, tokens, out);
   }
 }
 
@@ -144,13 +157,13 @@ static void round_sums(const float* sums, const __nv_bfloat16* shared, int64_t T
   kernels::launch_finalize(f, s);
 }
 
-void ParallelMoeLayer::forward_expert_allgather(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits,
+void ParallelMoeLayer::Impl::forward_expert_allgather(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits,
                                                 int64_t T, __nv_bfloat16* out) {
-  Impl& p = *impl_;
-  MoeLayer::Impl& m = inner(*p.layer);
-  const int64_t G = p.ranks, Tm = p.step_rows, H = m.cfg.hidden, k = m.cfg.top_k;
+  Impl& p = *this;
+  LayerCore& m = core();
+  const int64_t G = p.ranks, Tm = p.step_rows, H = m.config().hidden, k = m.config().top_k;
   // 1. Route this rank's tokens straight into the send buffers; pad its rows to the step's (ids -1: no expert).
-  if (T > 0) m.route(s, logits, T, p.ids_send.get(), p.weights_send.get());
+  if (T > 0) m.route(m.plan(T), logits, p.ids_send.get(), p.weights_send.get(), s);
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(p.hidden_send.get(), hidden, size_t(T * H) * 2, cudaMemcpyDeviceToDevice, s));
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.ids_send.get() + T * k, 0xFF, size_t((Tm - T) * k) * 4, s));
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.weights_send.get() + T * k, 0, size_t((Tm - T) * k) * 4, s));
@@ -167,23 +180,23 @@ void ParallelMoeLayer::forward_expert_allgather(cudaStream_t s, const __nv_bfloa
   round_sums(p.reduced.get(), shared_expert(s, hidden, T), T, H, int(k), out, s);
 }
 
-void ParallelMoeLayer::forward_expert_alltoall(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits,
+void ParallelMoeLayer::Impl::forward_expert_alltoall(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits,
                                                int64_t T, __nv_bfloat16* out) {
-  Impl& p = *impl_;
-  MoeLayer::Impl& m = inner(*p.layer);
-  const int64_t G = p.ranks, C = p.step_rows, H = m.cfg.hidden, k = m.cfg.top_k;
+  Impl& p = *this;
+  LayerCore& m = core();
+  const int64_t G = p.ranks, C = p.step_rows, H = m.config().hidden, k = m.config().top_k;
   // 1. Route this rank's tokens; give each the next slot of every rank one of its pairs goes to.
-  if (T > 0) m.route(s, logits, T);
+  if (T > 0) m.route(m.plan(T), logits, nullptr, nullptr, s);
   kernels::ExpertDispatchArgs d;
   d.hidden = hidden;
-  d.topk_ids = m.topk_ids.get();
-  d.topk_weights = m.topk_weights.get();
+  d.topk_ids = m.topk_ids();
+  d.topk_weights = m.topk_weights();
   d.tokens = T;
   d.hidden_size = H;
   d.top_k = int(k);
   d.ranks = int(G);
   d.self = p.rank;
-  d.experts_per_rank = int(m.cfg.num_experts / G);
+  d.experts_per_rank = int(m.config().num_experts / G);
   d.capacity = C;
   d.send_hidden = p.hidden_send.get();
   d.send_ids = p.ids_send.get();
@@ -192,7 +205,7 @@ void ParallelMoeLayer::forward_expert_alltoall(cudaStream_t s, const __nv_bfloat
   d.recv_ids = p.ids_all.get();
   d.recv_weights = p.weights_all.get();
   d.slot_of = p.slot_of.get();
-  d.status = m.status.get();
+  d.status = m.status();
   kernels::launch_expert_dispatch(d, s);
   // 2. Block d to rank d, a fixed C rows each way (the counts stay on the device).
   exchange_blocks(s, false);
@@ -220,8 +233,8 @@ void ParallelMoeLayer::forward_expert_alltoall(cudaStream_t s, const __nv_bfloat
 
 // All-to-all of fixed blocks of C rows: the dispatched rows, ids and weights
 // out, or the fp32 partial rows back.
-void ParallelMoeLayer::exchange_blocks(cudaStream_t s, bool partial_rows) {
-  Impl& p = *impl_;
+void ParallelMoeLayer::Impl::exchange_blocks(cudaStream_t s, bool partial_rows) {
+  Impl& p = *this;
   const int64_t G = p.ranks, C = p.step_rows, H = p.layer->config().hidden, k = p.layer->config().top_k;
   if (G == 1) return;
   const auto exchange = [&](auto* send, auto* recv, int64_t width, ncclDataType_t type) {
@@ -244,8 +257,8 @@ void ParallelMoeLayer::exchange_blocks(cudaStream_t s, bool partial_rows) {
 
 // Allgather of the step's rows per rank (hidden states, ids, weights) into
 // every rank's block, or the reduce-scatter of the fp32 partial rows back.
-void ParallelMoeLayer::allgather_exchange(cudaStream_t s, bool partial_rows) {
-  Impl& p = *impl_;
+void ParallelMoeLayer::Impl::allgather_exchange(cudaStream_t s, bool partial_rows) {
+  Impl& p = *this;
   const int64_t Tm = p.step_rows, H = p.layer->config().hidden, k = p.layer->config().top_k;
   if (partial_rows) {
     FP4MOE_NCCL_CHECK(ncclReduceScatter(p.partial.get(), p.reduced.get(), size_t(Tm * H), ncclFloat32, ncclSum, p.comm, s));
@@ -259,63 +272,47 @@ void ParallelMoeLayer::allgather_exchange(cudaStream_t s, bool partial_rows) {
 }
 
 // The tensor mode's sum of the ranks' fp32 partial outputs, in place.
-void ParallelMoeLayer::allreduce_sums(cudaStream_t s, int64_t T) {
-  Impl& p = *impl_;
+void ParallelMoeLayer::Impl::allreduce_sums(cudaStream_t s, int64_t T) {
+  Impl& p = *this;
   const int64_t H = p.layer->config().hidden;
   FP4MOE_NCCL_CHECK(ncclAllReduce(p.partial.get(), p.partial.get(), size_t(T * H), ncclFloat32, ncclSum, p.comm, s));
 }
 
 void ParallelMoeLayer::communicate(cudaStream_t s, int64_t T, int64_t rows_per_rank) {
-  set_step_rows(T, rows_per_rank);
-  switch (impl_->mode) {
-    case ParallelMode::expert_allgather: return allgather_exchange(s, false), allgather_exchange(s, true);
-    case ParallelMode::expert_alltoall: return exchange_blocks(s, false), exchange_blocks(s, true);
-    case ParallelMode::tensor: return allreduce_sums(s, T);
+  Impl& p = *impl_;
+  p.set_step_rows(T, rows_per_rank);
+  switch (p.mode) {
+    case ParallelMode::expert_allgather: return p.allgather_exchange(s, false), p.allgather_exchange(s, true);
+    case ParallelMode::expert_alltoall: return p.exchange_blocks(s, false), p.exchange_blocks(s, true);
+    case ParallelMode::tensor: return p.allreduce_sums(s, T);
   }
 }
 
 // The rank's experts over `rows` rows (hidden, ids, weights), each row's pairs
-// summed in slot order into fp32 `partial` (the split finalize). The tiles are
+// summed in slot order into fp32 `sums` (the split finalize). The tiles are
 // those of `plan_tokens` tokens; the shared expert's offsets cover own_tokens.
-void ParallelMoeLayer::experts_over_rows(cudaStream_t s, const __nv_bfloat16* rows_hidden, const int32_t* rows_ids,
-                                         const float* rows_weights, int64_t rows, int64_t plan_tokens,
-                                         int64_t own_tokens, float* partial) {
-  MoeLayer::Impl& m = inner(*impl_->layer);
+void ParallelMoeLayer::Impl::experts_over_rows(cudaStream_t s, const __nv_bfloat16* rows_hidden, const int32_t* rows_ids,
+                                               const float* rows_weights, int64_t rows, int64_t plan_tokens,
+                                               int64_t own_tokens, float* sums) {
   if (rows == 0) return;
-  m.permute(s, rows_ids, rows, own_tokens);
-  // the layer's routed GEMMs (its finalize is split: GEMM2 stores its rows) over these rows
-  const ForwardPlan& plan = m.forward_plan(plan_tokens);
-  for (const GemmStep& g : m.gemm_steps(rows, rows_hidden))
-    if (!g.dense) m.launch_step(g, plan, s);
-  kernels::FinalizeArgs f;
-  f.expert_out = m.y2.get();
-  f.pair_pos = m.pair_pos.get();
-  f.topk_weights = rows_weights;
-  f.tokens = rows;
-  f.hidden = m.cfg.hidden;
-  f.top_k = int(m.cfg.top_k);
-  f.out_f32 = partial;
-  kernels::launch_finalize(f, s);
+  LayerCore& m = core();
+  m.routed_experts(m.plan(PlanShape{rows, plan_tokens, own_tokens}), rows_hidden, rows_ids, rows_weights, sums, s);
 }
 
 // The shared expert over this rank's T tokens (T > 0), or null without one.
-const __nv_bfloat16* ParallelMoeLayer::shared_expert(cudaStream_t s, const __nv_bfloat16* hidden, int64_t T) {
-  MoeLayer::Impl& m = inner(*impl_->layer);
-  if (!m.shared) return nullptr;
-  const ForwardPlan& own = m.forward_plan(T);
-  for (const GemmStep& g : m.gemm_steps(T, hidden))
-    if (g.dense) m.launch_step(g, own, s);
-  return m.shared_y.get();
+const __nv_bfloat16* ParallelMoeLayer::Impl::shared_expert(cudaStream_t s, const __nv_bfloat16* hidden, int64_t T) {
+  LayerCore& m = core();
+  return m.shared_expert(m.plan(T), hidden, s);
 }
 
-void ParallelMoeLayer::forward_tensor(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
+void ParallelMoeLayer::Impl::forward_tensor(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
                                       __nv_bfloat16* out) {
-  Impl& p = *impl_;
-  MoeLayer::Impl& m = inner(*p.layer);
-  const int64_t H = m.cfg.hidden, k = m.cfg.top_k;
+  Impl& p = *this;
+  LayerCore& m = core();
+  const int64_t H = m.config().hidden, k = m.config().top_k;
   // Every rank holds the same tokens and routes them alike; its slice's share of
   // the layer (shared expert included) is summed over the ranks in fp32.
-  if (T > 0) p.layer->run(s, hidden, logits, nullptr, T, nullptr, p.partial.get(), nullptr);
+  if (T > 0) m.forward(m.plan(T), {.hidden = hidden, .router_logits = logits, .sums = p.partial.get()}, s);
   allreduce_sums(s, T);
   if (T > 0) round_sums(p.partial.get(), nullptr, T, H, int(k), out, s);
 }

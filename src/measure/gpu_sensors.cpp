@@ -1,4 +1,4 @@
-#include "runtime/gpu_sensors.hpp"
+#include "measure/gpu_sensors.hpp"
 
 #include <dlfcn.h>
 

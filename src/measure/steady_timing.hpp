@@ -10,7 +10,7 @@
 
 #include "fp4moe/error.hpp"
 #include "runtime/captured_graph.hpp"
-#include "runtime/gpu_sensors.hpp"
+#include "measure/gpu_sensors.hpp"
 #include "runtime/timing.hpp"
 
 namespace fp4moe {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fp4moe/layer.hpp"
-#include "runtime/ceilings.hpp"
+#include "measure/ceilings.hpp"
 
 namespace fp4moe {
 

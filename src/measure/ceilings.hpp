@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "runtime/gpu_sensors.hpp"
+#include "measure/gpu_sensors.hpp"
 
 namespace fp4moe {
 
@@ -36,9 +36,5 @@ double floor_ms(const Ceilings& c, double bytes, double flops, bool burst = fals
 // warm-up and 20 timed runs, no steady state): beside a case, the rate at that
 // moment's clocks (docs/benchmarks.md).
 double measure_bf16_tflop_per_s(int gemm_size = 8192);
-
-// Fills device memory with deterministic pseudo-random values.
-void fill_random_bf16(void* dst, int64_t count, uint64_t seed, float stddev, cudaStream_t stream);
-void fill_random_bytes(void* dst, int64_t bytes, uint64_t seed, uint8_t lo, uint8_t hi, cudaStream_t stream);
 
 }  // namespace fp4moe

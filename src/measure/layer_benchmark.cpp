@@ -1,4 +1,6 @@
-#include "runtime/layer_benchmark.hpp"
+#include "runtime/random_fill.hpp"
+#include "fp4moe/reference.hpp"
+#include "measure/layer_benchmark.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,11 +13,11 @@
 #include "fp4moe/device.hpp"
 #include "fp4moe/error.hpp"
 #include "runtime/captured_graph.hpp"
-#include "runtime/cublas_peer.hpp"
-#include "runtime/cuda_check.hpp"
+#include "measure/cublas_peer.hpp"
+#include "common/cuda_check.hpp"
 #include "runtime/device_buffer.hpp"
-#include "runtime/report_json.hpp"
-#include "runtime/steady_timing.hpp"
+#include "measure/report_json.hpp"
+#include "measure/steady_timing.hpp"
 #include "runtime/timing.hpp"
 
 namespace fp4moe {
@@ -83,7 +85,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
     }
   }
 
-  const double fp4_bytes_per_elem = 0.5 + 1.0 / 16;
+  const double fp4_bytes_per_elem = fp4_bytes_per_weight(weights.experts.at(0).gate.format);
   const int64_t H = cfg.hidden, I = cfg.intermediate, Is = cfg.shared_expert ? cfg.shared_intermediate : 0;
   std::vector<GemmShape> shapes = {{"gemm1", 2 * I, H, true}, {"gemm2", H, I, true}};
   json cases = json::array();
@@ -170,11 +172,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
   json skewed = json::array();
   for (int64_t T : o.tokens) {
     // The layer's router on Gaussian logits (what a random router gives on random hidden states).
-    std::mt19937_64 rng(100 + uint64_t(T));
-    std::normal_distribution<float> nd(0.f, 1.f);
-    std::vector<float> logits(size_t(T * cfg.num_experts));
-    for (float& v : logits) v = nd(rng);
-    cases.push_back(measure(T, logits, "random"));
+    cases.push_back(measure(T, gaussian_logits(T, cfg.num_experts, 100 + uint64_t(T)), "random"));
     if (progress) progress(++done, total, "T=" + std::to_string(T));
     if (!o.skewed) continue;
     skewed.push_back(measure(T, zipf_logits(T, cfg.num_experts, 200 + uint64_t(T)), "zipf"));

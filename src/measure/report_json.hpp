@@ -3,8 +3,8 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
-#include "runtime/ceilings.hpp"
-#include "runtime/gpu_sensors.hpp"
+#include "measure/ceilings.hpp"
+#include "measure/gpu_sensors.hpp"
 
 namespace fp4moe {
 

@@ -1,14 +1,15 @@
-#include "runtime/cublas_peer.hpp"
+#include "runtime/random_fill.hpp"
+#include "measure/cublas_peer.hpp"
 
 #include <algorithm>
 #include <functional>
 
 #include "fp4moe/error.hpp"
 #include "runtime/captured_graph.hpp"
-#include "runtime/ceilings.hpp"
+#include "measure/ceilings.hpp"
 #include "runtime/cublas_check.hpp"
-#include "runtime/cuda_check.hpp"
-#include "runtime/steady_timing.hpp"
+#include "common/cuda_check.hpp"
+#include "measure/steady_timing.hpp"
 
 namespace fp4moe {
 

@@ -1,0 +1,106 @@
+// A forward's launches, decided once: per shape (token count), every step as
+// it will launch (routing, permutation, each GEMM with its row copy, tile,
+// stages and split-K, the finalize). The layer makes a plan when a shape is
+// first seen (or again after tuning) and a forward only binds its own
+// pointers to it and queues the launches: no planner call, no argument
+// assembly. describe() prints it.
+#pragma once
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include <cuda_bf16.h>
+
+#include "kernels/routing_kernels.hpp"
+#include "runtime/gemm_step.hpp"
+
+namespace fp4moe {
+
+// Which tile a GEMM runs and why.
+struct TileChoice {
+  int tile = -1;
+  int stages = 0;
+  bool tuned = false;  // from the tune cache; otherwise the planner's ranking
+};
+
+// One GEMM of a forward.
+struct GemmStepPlan {
+  const char* name = "";   // "gemm1", "gemm2", "shared gemm1", "shared gemm2" (tune rows)
+  const char* title = "";  // describe()
+  const char* stage = nullptr;  // the profile() stage this GEMM ends, or null
+  bool dense = false;           // the shared expert: every token, one "expert"
+  bool reads_hidden = false;    // x is the forward's hidden states (bound at launch)
+  bool reads_routing_weights = false;  // the fused finalize's weights are the forward's (bound at launch)
+  TileChoice choice;
+  GemmStepLaunch launch;
+};
+
+// What a plan is made for.
+struct PlanShape {
+  int64_t rows = 0;         // tokens routed: the forward's T, or a parallel layer's rows of every rank
+  int64_t tile_tokens = 0;  // tokens the tiles are chosen for (the expected rows per expert)
+  int64_t dense_rows = 0;   // the shared expert's tokens (the permutation writes its offsets)
+  static PlanShape of_tokens(int64_t t) { return {t, t, t}; }
+  auto operator<=>(const PlanShape&) const = default;
+};
+
+struct ForwardPlan {
+  PlanShape shape;
+  kernels::RouteArgs route;      // into the layer's routing buffers; logits bound at launch
+  kernels::PermuteArgs permute;  // topk_ids bound at launch
+  std::array<GemmStepPlan, 4> gemm_steps{};
+  int gemm_count = 0;
+  // The fused finalize's fp32 sums start at zero: `accumulate_bytes` of `accumulate`, or none.
+  float* accumulate = nullptr;
+  size_t accumulate_bytes = 0;
+  kernels::FinalizeArgs finalize;  // topk_weights and the output bound at launch
+  std::string notes;               // describe()'s lines above the steps (padding, epilogues, the cache)
+
+  std::span<const GemmStepPlan> gemms() const { return {gemm_steps.data(), size_t(gemm_count)}; }
+  // One line per launch: tile (tuned or the planner's), stages, shared
+  // memory, the row copy and split-K.
+  std::string describe() const;
+};
+
+// One forward's own pointers; everything else is the plan's.
+struct ForwardArgs {
+  const __nv_bfloat16* hidden = nullptr;  // [T, H]
+  const float* router_logits = nullptr;   // [T, E], or the caller's routing:
+  const int32_t* topk_ids = nullptr;      // [T, k]
+  const float* topk_weights = nullptr;    // [T, k]
+  __nv_bfloat16* out = nullptr;           // [T, H], or
+  float* sums = nullptr;                  // [T, H] fp32, before the one rounding (parallel layers)
+};
+
+// Queues a planned GEMM step with the forward's pointers bound where it reads them.
+void enqueue_planned_gemm(const GemmStepPlan& step, const __nv_bfloat16* hidden, const float* routing_weights,
+                          cudaStream_t stream);
+
+// The plans a layer has made, by shape; safe to read from several threads
+// (made under a lock, then immutable until clear()).
+class PlanCache {
+ public:
+  template <class Make>
+  const ForwardPlan& get(const PlanShape& shape, Make&& make) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_ptr<ForwardPlan>& p = plans_[shape];
+    if (!p) p = std::make_unique<ForwardPlan>(make(shape));
+    return *p;
+  }
+  // Forgets every plan (after tuning); not while a forward is being queued.
+  void clear() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    plans_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<PlanShape, std::unique_ptr<ForwardPlan>> plans_;
+};
+
+}  // namespace fp4moe

@@ -1,0 +1,232 @@
+// LayerCore's construction: the prepared weights (from the host or the
+// device), the router, and the workspace sized for LayerOptions::max_tokens.
+// Nothing allocates after construction.
+#include "runtime/layer_core.hpp"
+
+#include <algorithm>
+
+#include "common/cuda_check.hpp"
+#include "format/prepare_gemm.hpp"
+#include "fp4moe/error.hpp"
+#include "plan/split_k.hpp"
+#include "runtime/cublas_check.hpp"
+#include "runtime/device_limits.hpp"
+
+namespace fp4moe {
+namespace {
+
+// The experts' GEMM1 and GEMM2 weights prepared at [2 I', H'] and [H', I']
+// (H' and I' padded: hidden and width), with their biases when `biased`.
+ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts, int64_t hidden, int64_t width, bool biased,
+                           Activation activation) {
+  // the clamped SwiGLU runs in the biased epilogue instance: zero biases where the experts have none
+  const bool biased_gemm1 = biased || activation != Activation::swiglu;
+  std::vector<const Fp4Matrix*> gate, up, down;
+  std::vector<const std::vector<float>*> gate_bias, up_bias, down_bias;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const ExpertWeights* e = experts[i];
+    gate.push_back(&e->gate);
+    up.push_back(&e->up);
+    down.push_back(&e->down);
+    gate_bias.push_back(&e->gate_bias);
+    up_bias.push_back(&e->up_bias);
+    down_bias.push_back(&e->down_bias);
+    if (biased)
+      FP4MOE_CHECK(int64_t(e->gate_bias.size()) == e->gate.rows && int64_t(e->up_bias.size()) == e->up.rows &&
+                       int64_t(e->down_bias.size()) == e->down.rows,
+                   "MoeLayer: expert " << i << " has " << e->gate_bias.size() << " gate, " << e->up_bias.size() << " up and "
+                                       << e->down_bias.size() << " down biases; the model needs " << e->gate.rows << ", "
+                                       << e->up.rows << " and " << e->down.rows);
+  }
+  ExpertPair p{PreparedProjection(prepare_gated_gemm_weights(gate, up, width, hidden)),
+               PreparedProjection(prepare_gemm_weights(down, hidden, width))};
+  if (biased_gemm1) p.w13.bias.upload(prepared_gated_bias(gate_bias, up_bias, 2 * width));
+  if (biased) p.w2.bias.upload(prepared_bias(down_bias, hidden));
+  return p;
+}
+
+int64_t granule_of(const LayerOptions& o) { return o.feature_granule ? o.feature_granule : kFeatureGranule; }
+
+}  // namespace
+
+void LayerCore::init_device(const MoeConfig& c, const LayerOptions& o) {
+  c.validate();
+  cfg_ = c;
+  opts_ = o;
+  FP4MOE_CHECK(o.max_tokens >= 1, "LayerOptions::max_tokens = " << o.max_tokens << " must be at least 1");
+  FP4MOE_CHECK(c.hidden % 8 == 0, "MoeLayer: hidden = " << c.hidden << " is not a multiple of 8");
+  const int64_t granule = granule_of(o);
+  FP4MOE_CHECK(granule == 128 || granule == 256,
+               "LayerOptions::feature_granule = " << o.feature_granule << " is not 0 (256), 128 or 256");
+  hidden_padded_ = padded_features(c.hidden, granule);
+  intermediate_padded_ = padded_features(c.intermediate, granule);
+  // (the shared expert reads the hidden states in place, at their own width)
+  FP4MOE_CHECK(!c.shared_expert || (hidden_padded_ == c.hidden && c.shared_intermediate % kPreparedKGranule == 0),
+               "MoeLayer: a shared expert needs hidden = " << c.hidden << " and shared_intermediate = "
+                                                           << c.shared_intermediate << " to be multiples of "
+                                                           << kPreparedKGranule);
+  if (o.device >= 0) FP4MOE_CUDA_CHECK(cudaSetDevice(o.device));
+  int dev = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  device_ = device_limits(dev);
+  cudaDeviceProp prop{};
+  FP4MOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  tune_context_.gpu = prop.name;
+  tune_context_.cc = prop.major * 10 + prop.minor;
+  FP4MOE_CUDA_CHECK(cudaDriverGetVersion(&tune_context_.driver));
+  FP4MOE_CUDA_CHECK(cudaRuntimeGetVersion(&tune_context_.runtime));
+  tune_context_.fp4moe_version = kVersion;
+  if (o.use_tune_cache) {
+    cache_ = plan::TuneCache::load(plan::TuneCache::default_path(o.tune_cache), tune_context_);
+    cache_notice_ = cache_->notice();
+  }
+}
+
+// The optional router: logits = hidden . router_weight^T by cuBLAS (bf16 [E, H]).
+void LayerCore::init_router(const uint16_t* w, bool on_device) {
+  const size_t count = size_t(cfg_.num_experts * cfg_.hidden);
+  router_weight_.resize(count);
+  FP4MOE_CUDA_CHECK(cudaMemcpy(router_weight_.get(), w, count * 2,
+                               on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice));
+  logits_.resize(size_t(opts_.max_tokens * cfg_.num_experts));
+  blas_workspace_.resize(size_t(8) << 20);  // a fixed workspace keeps cuBLAS graph-capture safe
+  FP4MOE_CUBLAS_CHECK(cublasCreate(&blas_));
+  FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_.get(), blas_workspace_.bytes()));
+}
+
+void LayerCore::init_workspace() {
+  finalize_ = opts_.deterministic || opts_.finalize == FinalizeMode::automatic ? FinalizeMode::split : opts_.finalize;
+  const int64_t T = opts_.max_tokens, P = T * cfg_.top_k, H = cfg_.hidden, Hp = hidden_padded_;
+  topk_ids_.resize(size_t(P));
+  topk_weights_.resize(size_t(P));
+  offsets_.resize(size_t(routed_->w13.experts + 1));
+  permuted_pair_.resize(size_t(P));
+  permuted_token_.resize(size_t(P));
+  pair_pos_.resize(size_t(P));
+  dense_offsets_.resize(2);
+  status_.resize(1);
+  status_.fill_bytes(0);
+  a2_.resize(size_t(P * intermediate_padded_));
+  if (finalize_ == FinalizeMode::split) y2_.resize(size_t(P * Hp));
+  else accumulate_.resize(size_t(T * Hp));
+  // GEMM1's row copy (GemmStepLaunch::copies_rows): wherever tiles that load
+  // their rows by TMA can run, and wherever H is padded.
+  if (device_.budget.has_wgmma() || Hp != H) x_permuted_.resize(size_t(P * Hp));
+  if (device_.budget.has_wgmma() && opts_.split_k) {
+    split_k_.resize(size_t(plan::kSplitKWorkspaceBytes));
+    split_k_.fill_bytes(0);  // the arrival counters; every launch leaves them zero
+  }
+  if (cfg_.shared_expert) {
+    shared_a2_.resize(size_t(T * cfg_.shared_intermediate));
+    shared_y_.resize(size_t(T * H));
+  }
+}
+
+LayerCore::LayerCore(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions& opts) {
+  init_device(cfg, opts);
+  const int64_t count = opts.expert_count < 0 ? cfg.num_experts : opts.expert_count;
+  FP4MOE_CHECK(opts.expert_begin >= 0 && count >= 1 && opts.expert_begin + count <= cfg.num_experts,
+               "MoeLayer: LayerOptions expert_begin = " << opts.expert_begin << ", expert_count = " << opts.expert_count
+                                                        << " is not a range of the model's " << cfg.num_experts << " experts");
+  FP4MOE_CHECK(int64_t(w.experts.size()) == count,
+               "MoeLayer: " << w.experts.size() << " experts given; "
+                            << (opts.expert_count < 0 ? "the model has num_experts = " : "LayerOptions::expert_count = ")
+                            << count);
+  expert_begin_ = opts.expert_begin;
+  FP4MOE_CHECK(w.has_shared == cfg.shared_expert, "MoeLayer: the model " << (cfg.shared_expert ? "has" : "has no")
+                                                                          << " shared expert, the weights "
+                                                                          << (w.has_shared ? "have one" : "have none"));
+  for (size_t e = 0; e < w.experts.size(); ++e) {
+    const ExpertWeights& x = w.experts[e];
+    FP4MOE_CHECK(x.gate.rows == cfg.intermediate && x.gate.cols == cfg.hidden && x.up.rows == cfg.intermediate &&
+                     x.up.cols == cfg.hidden && x.down.rows == cfg.hidden && x.down.cols == cfg.intermediate,
+                 "MoeLayer: expert " << e << " has gate [" << x.gate.rows << ", " << x.gate.cols << "], up [" << x.up.rows
+                                     << ", " << x.up.cols << "], down [" << x.down.rows << ", " << x.down.cols
+                                     << "]; the model needs [" << cfg.intermediate << ", " << cfg.hidden << "] and ["
+                                     << cfg.hidden << ", " << cfg.intermediate << "]");
+  }
+  std::vector<const ExpertWeights*> routed;
+  for (const ExpertWeights& e : w.experts) routed.push_back(&e);
+  routed_ = std::make_unique<ExpertPair>(prepare_experts(routed, hidden_padded_, intermediate_padded_, cfg.expert_bias, cfg.activation));
+  if (cfg.shared_expert) {
+    FP4MOE_CHECK(w.shared.gate.rows == cfg.shared_intermediate && w.shared.gate.cols == cfg.hidden &&
+                     w.shared.down.rows == cfg.hidden && w.shared.down.cols == cfg.shared_intermediate,
+                 "MoeLayer: the shared expert has gate [" << w.shared.gate.rows << ", " << w.shared.gate.cols << "], down ["
+                                                          << w.shared.down.rows << ", " << w.shared.down.cols
+                                                          << "]; the model needs width " << cfg.shared_intermediate);
+    shared_ = std::make_unique<ExpertPair>(prepare_experts({&w.shared}, hidden_padded_, cfg.shared_intermediate, false, cfg.activation));
+  }
+  if (cfg.use_correction_bias) {
+    FP4MOE_CHECK(int64_t(w.correction_bias.size()) == cfg.num_experts,
+                 "MoeLayer: correction_bias has " << w.correction_bias.size() << " entries, expected " << cfg.num_experts);
+    correction_bias_.upload(w.correction_bias);
+  }
+  if (!w.router_weight.empty()) {
+    FP4MOE_CHECK(int64_t(w.router_weight.size()) == cfg.num_experts * cfg.hidden,
+                 "MoeLayer: router_weight has " << w.router_weight.size() << " values, expected [E, H] = ["
+                                                << cfg.num_experts << ", " << cfg.hidden << "]");
+    init_router(w.router_weight.data(), false);
+    if (!w.router_bias.empty()) {
+      FP4MOE_CHECK(int64_t(w.router_bias.size()) == cfg.num_experts,
+                   "MoeLayer: router_bias has " << w.router_bias.size() << " values, expected E = " << cfg.num_experts);
+      router_bias_.upload(w.router_bias);
+      ones_.upload(std::vector<float>(size_t(opts_.max_tokens), 1.f));
+    }
+  }
+  init_workspace();
+}
+
+LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const LayerOptions& opts) {
+  init_device(cfg, opts);
+  const int64_t E = cfg.num_experts, H = cfg.hidden, I = cfg.intermediate;
+  FP4MOE_CHECK(!cfg.expert_bias && hidden_padded_ == H && intermediate_padded_ == I,
+               "MoeLayer from device weights: model '" << cfg.name << "' has "
+                   << (cfg.expert_bias ? "expert biases, which DeviceMoeWeights does not hold"
+                                       : "H or I not a multiple of " + std::to_string(granule_of(opts_)) +
+                                             ", which the device prepare does not pad")
+                   << "; build it from host weights (MoeWeights)");
+  const int64_t count = w.expert_count < 0 ? E : w.expert_count;
+  FP4MOE_CHECK(w.expert_begin >= 0 && count >= 1 && w.expert_begin + count <= E,
+               "MoeLayer: local experts [" << w.expert_begin << ", " << w.expert_begin + count
+                                           << ") are not a non-empty range inside the model's " << E << " experts");
+  FP4MOE_CHECK(w.has_shared == cfg.shared_expert, "MoeLayer: the model " << (cfg.shared_expert ? "has" : "has no")
+                                                                          << " shared expert, the weights "
+                                                                          << (w.has_shared ? "have one" : "have none"));
+  expert_begin_ = w.expert_begin;
+  const bool up_first = w.w13_order == GateUpOrder::up_gate;
+  auto pair = [&](const DeviceProjection& w13, const DeviceProjection& w2, int64_t experts, int64_t width,
+                  const char* n13, const char* n2) {
+    auto p = std::make_unique<ExpertPair>();
+    p->w13 = prepare_on_device(w13, w.format, w.scale_layout, experts, 2 * width, H, true, up_first, n13);
+    p->w2 = prepare_on_device(w2, w.format, w.scale_layout, experts, H, width, false, false, n2);
+    return p;
+  };
+  routed_ = pair(w.w13, w.w2, count, I, "w13", "w2");
+  if (cfg.shared_expert) shared_ = pair(w.shared_w13, w.shared_w2, 1, cfg.shared_intermediate, "shared w13", "shared w2");
+  if (cfg.use_correction_bias) {
+    FP4MOE_CHECK(w.correction_bias, "MoeLayer: the model uses e_score_correction_bias; none was given");
+    correction_bias_.resize(size_t(E));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(correction_bias_.get(), w.correction_bias, size_t(E) * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+  if (w.router_weight) init_router(w.router_weight, true);
+  init_workspace();
+}
+
+LayerCore::~LayerCore() {
+  if (blas_) cublasDestroy(blas_);
+}
+
+int64_t LayerCore::weight_bytes() const {
+  int64_t b = routed_->w13.bytes() + routed_->w2.bytes();
+  if (shared_) b += shared_->w13.bytes() + shared_->w2.bytes();
+  return b;
+}
+
+int64_t LayerCore::workspace_bytes() const {
+  return int64_t(topk_ids_.bytes() + topk_weights_.bytes() + offsets_.bytes() + permuted_pair_.bytes() +
+                 permuted_token_.bytes() + x_permuted_.bytes() + split_k_.bytes() + pair_pos_.bytes() +
+                 dense_offsets_.bytes() + status_.bytes() + accumulate_.bytes() + a2_.bytes() + y2_.bytes() +
+                 shared_a2_.bytes() + shared_y_.bytes());
+}
+
+}  // namespace fp4moe

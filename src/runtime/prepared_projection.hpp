@@ -1,0 +1,42 @@
+// A layer's prepared FP4 weights on the device: one projection of a set of
+// experts in the kernels' layout (src/format/prepare_gemm.hpp), with its biases.
+#pragma once
+#include <cstdint>
+
+#include "format/prepare_gemm.hpp"
+#include "fp4moe/layer.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/gemm_step.hpp"
+
+namespace fp4moe {
+
+struct PreparedProjection {  // one prepared projection of all experts
+  DeviceBuffer<uint8_t> weights, scales;
+  DeviceBuffer<float> dequant_scale;
+  DeviceBuffer<float> bias;  // [E][N] in the prepared row order (prepared_bias), or empty
+  int scale_parts = 1;
+  int64_t n = 0, k = 0, experts = 0;
+  Fp4Format format = Fp4Format::nvfp4;
+
+  explicit PreparedProjection(const PreparedExpertWeights& p)
+      : weights(p.weights), scales(p.scales), dequant_scale(p.dequant_scale), scale_parts(p.scale_parts), n(p.n),
+        k(p.k), experts(p.experts), format(p.format) {}
+  PreparedProjection() = default;
+  int64_t bytes() const { return int64_t(weights.bytes() + scales.bytes() + dequant_scale.bytes() + bias.bytes()); }
+  bool biased() const { return bias.size() > 0; }  // its GEMM runs the biased epilogue instance
+  ProjectionView view() const {
+    return {weights.get(), scales.get(), dequant_scale.get(), biased() ? bias.get() : nullptr, scale_parts, format, n, k,
+            experts};
+  }
+};
+
+struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of experts
+  PreparedProjection w13, w2;
+};
+
+// Prepares one projection of `experts` experts [N, K] from device tensors on
+// the device (kernels/prepare_weights.cu). `what` names it in errors.
+PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format format, ScaleLayout layout, int64_t experts,
+                                     int64_t n, int64_t k, bool gated, bool up_first, const char* what);
+
+}  // namespace fp4moe
