@@ -16,7 +16,7 @@ APT_PACKAGES=(
   "libclang-rt-14-dev=1:14.0.6-12"      # libFuzzer and clang's sanitizer runtimes
 )
 PIP_PACKAGES=(
-  "nvidia-cutlass==4.2.0.0"   # CUTLASS/CuTe headers only (--no-deps)
+  "nvidia-cutlass==4.2.0.0"   # CUTLASS/CuTe headers only (--no-deps); pyproject.toml pins the same for pip builds
   "safetensors==0.4.5"        # interop tests write/read checkpoints with it
   "numpy==1.26.4"
   # cuobjdump (and the nvdisasm it runs) for the SASS check in tests/tools/check_kernel_resources.py:
