@@ -2,11 +2,11 @@
 bitwise equal to eager, side streams, no allocation per forward, the serving
 engines' functional form."""
 
-import numpy as np
+import weakref
+
 import pytest
 import torch
 
-import fp4moe
 import fp4moe.torch as ft
 from weights import cuda, layer_from, make
 
@@ -113,3 +113,27 @@ def test_fused_moe_functional_form(setup):
     got = ft.fused_moe(x, cuda(t["w13"]), cuda(t["w13_scale"], True), cuda(t["w13_scale_2"]), cuda(t["w2"]),
                        cuda(t["w2_scale"], True), cuda(t["w2_scale_2"]), w, ids, output=out)
     assert got is out and torch.equal(out, want)
+
+
+def test_fused_moe_keeps_its_layer_while_the_weights_live(setup, monkeypatch):
+    cfg, t, layer, _ = setup
+    x, logits = inputs(cfg, 8, 4)
+    layer(x, logits)
+    ids, w = layer.topk(8)
+    made = []
+    from_tensors = ft.MoeLayer.from_tensors
+
+    def counted(cls, *args, **kwargs):
+        made.append(from_tensors(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(ft.MoeLayer, "from_tensors", classmethod(counted))
+    w13, s13, g13, w2, s2, g2 = (cuda(t[k]) for k in ("w13", "w13_scale", "w13_scale_2", "w2", "w2_scale", "w2_scale_2"))
+    before = len(ft._prepared)
+    for _ in range(3):  # new fp8 views of the same weights every call, as an engine may pass them
+        out = ft.fused_moe(x, w13, s13.view(torch.float8_e4m3fn), g13, w2, s2.view(torch.float8_e4m3fn), g2, w, ids)
+    torch.cuda.synchronize()
+    assert len(made) == 1 and len(ft._prepared) == before + 1 and out.isfinite().all()
+    prepared = weakref.ref(made.pop())
+    del w13, s13, w2, s2
+    assert len(ft._prepared) == before and prepared() is None
