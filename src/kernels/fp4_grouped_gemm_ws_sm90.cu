@@ -46,6 +46,7 @@
 #include "kernels/ws_pipeline.cuh"
 #include "kernels/ws_producer.cuh"
 #include "kernels/ws_schedule.cuh"
+#include "kernels/ws_tile.cuh"
 #include "plan/gemm_layout.hpp"
 #include "common/cuda_check.hpp"
 
@@ -62,11 +63,10 @@ template <int TileIndex, EpilogueInstance Epi>
 __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSchedule<TileIndex>& sched,
                                              const StageRing<plan::kGemmTiles[TileIndex].cluster_n>& ring, uint8_t* smem,
                                              int tid) {
-  constexpr plan::GemmTile T = plan::kGemmTiles[TileIndex];
-  constexpr GemmSmemLayout L{T};
-  constexpr int kMB = T.warp_m_tiles;
-  constexpr int kConsumerThreads = T.consumer_warpgroups() * 128;
-  constexpr int kProducerThreads = plan::GemmTile::kProducerThreads;
+  using Tile = WsTile<TileIndex>;
+  constexpr plan::GemmTile T = Tile::T;
+  constexpr GemmSmemLayout L = Tile::L;
+  constexpr int kMB = Tile::kMB;
   constexpr int kAllConsumersBarrier = WsEpilogue<TileIndex, Epi>::kFirstBarrier + 4;
   using Mainloop = WsMainloop<TileIndex>;
   const int warp = tid / 32, lane = tid % 32;
@@ -76,29 +76,33 @@ __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSche
   typename Mainloop::AccOdd acc_odd = {};
   RingCursor cursor;
   int pending = -1;
-  const Mainloop mainloop{p, smem, ring, cursor, pending, acc, acc_odd, cg, wg_warp, lane,
+  const Mainloop mainloop{{}, p, smem, ring, cursor, pending, acc, acc_odd, cg, wg_warp, lane,
                           (lane % 8) + (T.nt >= 16 ? (lane / 16) * 8 : 0), (lane / 8) % 2};
-  constexpr bool kRereadItem = T.rereads_item_after_k_loop();
-  const int parts_kept = sched.splits(), items_kept = sched.total_items();
-  for (int it = sched.first_item(); it < (kRereadItem ? sched.total_items() : items_kept); it += sched.item_stride()) {
-    const WorkItem w_kept = sched.item(it, kRereadItem ? sched.splits() : parts_kept);
-    if (w_kept.rows <= 0) continue;  // past P: the producer loaded nothing for it
+  // Tiles that re-read the item after the K loop (GemmTile::rereads_item_after_k_loop)
+  // ask the schedule again for the split count, the item count and the item;
+  // the others keep the values read before the loop.
+  constexpr bool kReread = T.rereads_item_after_k_loop();
+  const int splits_before = sched.splits(), items_before = sched.total_items();
+  const auto splits = [&] { return kReread ? sched.splits() : splits_before; };
+  for (int it = sched.first_item(); it < (kReread ? sched.total_items() : items_before); it += sched.item_stride()) {
+    const WorkItem loaded = sched.item(it, splits());
+    if (loaded.rows <= 0) continue;  // past P: the producer loaded nothing for it
     {
-      const int parts = kRereadItem ? sched.splits() : parts_kept;
-      mainloop.k_loop_for_rows(w_kept.rows, sched.kt_begin(it % parts, parts), sched.kt_begin(it % parts + 1, parts));
+      const int parts = splits();
+      mainloop.k_loop_for_rows(loaded.rows, sched.kt_begin(it % parts, parts), sched.kt_begin(it % parts + 1, parts));
     }
     mainloop.drain();
-    const int parts = kRereadItem ? sched.splits() : parts_kept;
-    const WorkItem w = kRereadItem ? sched.item(it, parts) : w_kept;
+    const int parts = splits();
+    const WorkItem w = kReread ? sched.item(it, parts) : loaded;
     bool write_tile = true;
     if constexpr (T.splits_k())
       write_tile = parts == 1 || sum_split_partials(reinterpret_cast<float(&)[kMB * T.nt / 2]>(acc), p, it / parts,
-                                                    it % parts, parts, tid - kProducerThreads, kConsumerThreads,
-                                                    kAllConsumersBarrier,
+                                                    it % parts, parts, tid - Tile::kProducerThreads,
+                                                    Tile::kConsumerThreads, kAllConsumersBarrier,
                                                     reinterpret_cast<volatile int32_t*>(smem + L.split_flag_offset(ring.stages)));
     if (write_tile && p.probe != GemmProbe::no_output) {
-      const WsEpilogue<TileIndex, Epi> epilogue{p, reinterpret_cast<float*>(smem + L.epilogue_offset(ring.stages)), cg, wg_warp,
-                                           lane, tid - kProducerThreads - cg * 128};
+      const WsEpilogue<TileIndex, Epi> epilogue{{}, p, reinterpret_cast<float*>(smem + L.epilogue_offset(ring.stages)), cg,
+                                                wg_warp, lane, tid - Tile::kProducerThreads - cg * 128};
       epilogue.write(w, acc);
     }
     if constexpr (!T.wgmma) {  // wgmma overwrites them at the next item's first step
@@ -124,8 +128,8 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
   const StageRing<kCluster> ring{full, full + stages, stages};
   int32_t* prefix = reinterpret_cast<int32_t*>(smem + L.prefix_offset(stages));
   const int E = p.num_experts;
-  const WsSchedule<TileIndex> sched{p, smem, prefix, E};
-  const WsProducer<TileIndex> producer{sched, ring, maps};
+  const WsSchedule<TileIndex> sched{{}, p, smem, prefix, E};
+  const WsProducer<TileIndex> producer{{}, sched, ring, maps};
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (tid == 0) ring.init(T.consumer_warpgroups() * 128);
   // (a peer's copies and arrivals may reach these barriers only once they are initialized)

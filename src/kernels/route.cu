@@ -50,27 +50,13 @@ __device__ __forceinline__ float ordered_sum(float v, int k) {
   return sum;
 }
 
-// kPerLane: experts per lane (E <= 32 kPerLane); a lane's scores live in
-// registers, so the top-k rounds read no shared memory.
+// A lane's choice scores cv (and, sigmoid, its scores into s; every choice
+// score into c) from the token's logits `row`; whether any logit was not finite.
 template <int kPerLane>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteArgs a) {
-  extern __shared__ float smem[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t t = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
-  const int E = a.experts, k = a.top_k;
-  float* c = smem + warp * (2 * E);  // choice score (grouping, softmax weights)
-  float* s = c + E;                  // sigmoid score (the weights)
-  // The bias is a weight, not the previous kernel's output: read before waiting for it.
-  float bias[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) bias[i] = a.bias && lane + 32 * i < E ? __ldg(a.bias + lane + 32 * i) : 0.f;
-  wait_for_prior_grid();
-  allow_dependent_grids();
-  if (t >= a.tokens) return;
-  const float* row = a.logits + t * E;
-
+__device__ __forceinline__ bool load_scores(const RouteArgs& a, const float* row, const float (&bias)[kPerLane], int lane,
+                                            float* c, float* s, float (&cv)[kPerLane]) {
+  const int E = a.experts;
   // Every load of the lane issued before the first is used: one L2 round trip.
-  float cv[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) cv[i] = lane + 32 * i < E ? __ldg(row + lane + 32 * i) : 0.f;
   bool bad = false;
@@ -89,35 +75,40 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteA
     }
     c[e] = cv[i];
   }
-  bad = __any_sync(0xffffffffu, bad);
-  __syncwarp();
+  return __any_sync(0xffffffffu, bad);
+}
 
-  // Group-limited top-k: keep the topk_group groups with the best sum of their two best scores.
-  const bool grouped = a.sigmoid && a.n_group > 1;
-  uint32_t group_ok = 0xffffffffu;
-  if (grouped) {
-    const int G = E / a.n_group;
-    Candidate gs{-FLT_MAX, INT_MAX};
-    if (lane < a.n_group) {
-      float best = -INFINITY, second = -INFINITY;
-      for (int i = 0; i < G; ++i) {
-        const float v = c[lane * G + i];
-        if (v > best) second = best, best = v;
-        else if (v > second) second = v;
-      }
-      gs = {G >= 2 ? rm::fadd(best, second) : best, lane};
+// Group-limited top-k: bit g set for the topk_group groups with the best sum
+// of their two best choice scores.
+__device__ __forceinline__ uint32_t kept_groups(const RouteArgs& a, const float* c, int lane) {
+  const int G = a.experts / a.n_group;
+  Candidate gs{-FLT_MAX, INT_MAX};
+  if (lane < a.n_group) {
+    float best = -INFINITY, second = -INFINITY;
+    for (int i = 0; i < G; ++i) {
+      const float v = c[lane * G + i];
+      if (v > best) second = best, best = v;
+      else if (v > second) second = v;
     }
-    group_ok = 0;
-    for (int r = 0; r < a.topk_group; ++r) {
-      const Candidate w = warp_best(gs);
-      group_ok |= 1u << w.i;
-      if (lane == w.i) gs = {-FLT_MAX, INT_MAX};
-    }
+    gs = {G >= 2 ? rm::fadd(best, second) : best, lane};
   }
+  uint32_t kept = 0;
+  for (int r = 0; r < a.topk_group; ++r) {
+    const Candidate w = warp_best(gs);
+    kept |= 1u << w.i;
+    if (lane == w.i) gs = {-FLT_MAX, INT_MAX};
+  }
+  return kept;
+}
 
-  // Top-k: each lane keeps its experts' score keys (0: none, or taken); a
-  // round takes the warp's largest key, the smallest id among equal ones (the
-  // reference's order), and only the lane it came from looks again.
+// Top-k: each lane keeps its experts' score keys (0: none, or taken); a round
+// takes the warp's largest key, the smallest id among equal ones (the
+// reference's order), and only the lane it came from looks again. Lane j < k
+// gets slot j's expert.
+template <int kPerLane>
+__device__ __forceinline__ int top_k_experts(const RouteArgs& a, const float (&cv)[kPerLane], bool grouped,
+                                             uint32_t group_ok, int lane) {
+  const int E = a.experts;
   uint32_t keys[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
@@ -134,8 +125,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteA
       if (keys[i] > key) key = keys[i], id = lane + 32 * i;  // strictly: the smaller id keeps a tie
   };
   lane_best();
-  int my_id = 0;  // lane j < k: the expert of slot j
-  for (int j = 0; j < k; ++j) {
+  int my_id = 0;
+  for (int j = 0; j < a.top_k; ++j) {
     const uint32_t best = __reduce_max_sync(0xffffffffu, key);
     const int winner = int(__reduce_min_sync(0xffffffffu, key == best ? uint32_t(id) : 0xffffffffu));
     if (lane == j) my_id = winner;
@@ -146,6 +137,55 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteA
       lane_best();
     }
   }
+  return my_id;
+}
+
+// Lane j < k: the weight of slot j, whose expert is my_id (sigmoid: its score,
+// renormalised over the k; softmax: over the k, or over every expert).
+__device__ __forceinline__ float slot_weight(const RouteArgs& a, const float* c, const float* s, int my_id, int lane) {
+  const int k = a.top_k;
+  if (a.sigmoid) {
+    const float sv = lane < k ? s[my_id] : 0.f;
+    if (!a.renormalize) return rm::fmul(sv, a.routed_scaling_factor);
+    const float sum = ordered_sum(sv, k);
+    return rm::fmul(sum > 0.f ? rm::fdiv(sv, sum) : 0.f, a.routed_scaling_factor);
+  }
+  const float m = c[__shfl_sync(0xffffffffu, my_id, 0)];  // the largest logit
+  const float ex = lane < k ? rm::expf_exact(rm::fadd(c[my_id], -m)) : 0.f;
+  float sum;
+  if (a.renormalize) {
+    sum = ordered_sum(ex, k);
+  } else {  // over every expert, in id order
+    sum = 0.f;
+    for (int e = 0; e < a.experts; ++e) sum = rm::fadd(sum, rm::expf_exact(rm::fadd(c[e], -m)));
+  }
+  return rm::fmul(rm::fdiv(ex, sum), a.routed_scaling_factor);
+}
+
+// kPerLane: experts per lane (E <= 32 kPerLane); a lane's scores live in
+// registers, so the top-k rounds read no shared memory.
+template <int kPerLane>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteArgs a) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = int64_t(blockIdx.x) * kWarpsPerBlock + warp;
+  const int E = a.experts, k = a.top_k;
+  float* c = smem + warp * (2 * E);  // choice score (grouping, softmax weights)
+  float* s = c + E;                  // sigmoid score (the weights)
+  // The bias is a weight, not the previous kernel's output: read before waiting for it.
+  float bias[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) bias[i] = a.bias && lane + 32 * i < E ? __ldg(a.bias + lane + 32 * i) : 0.f;
+  wait_for_prior_grid();
+  allow_dependent_grids();
+  if (t >= a.tokens) return;
+
+  float cv[kPerLane];
+  const bool bad = load_scores<kPerLane>(a, a.logits + t * E, bias, lane, c, s, cv);
+  __syncwarp();
+  const bool grouped = a.sigmoid && a.n_group > 1;
+  const uint32_t group_ok = grouped ? kept_groups(a, c, lane) : 0xffffffffu;
+  const int my_id = top_k_experts<kPerLane>(a, cv, grouped, group_ok, lane);
 
   int32_t* out_ids = a.topk_ids + t * k;
   float* out_w = a.topk_weights + t * k;
@@ -154,27 +194,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteA
     if (lane == 0) atomicOr(a.status, kStatusNonFiniteLogit);
     return;
   }
-  float w = 0.f;
-  if (a.sigmoid) {
-    const float sv = lane < k ? s[my_id] : 0.f;
-    if (a.renormalize) {
-      const float sum = ordered_sum(sv, k);
-      w = rm::fmul(sum > 0.f ? rm::fdiv(sv, sum) : 0.f, a.routed_scaling_factor);
-    } else {
-      w = rm::fmul(sv, a.routed_scaling_factor);
-    }
-  } else {
-    const float m = c[__shfl_sync(0xffffffffu, my_id, 0)];  // the largest logit
-    const float ex = lane < k ? rm::expf_exact(rm::fadd(c[my_id], -m)) : 0.f;
-    float sum;
-    if (a.renormalize) {
-      sum = ordered_sum(ex, k);
-    } else {  // over every expert, in id order
-      sum = 0.f;
-      for (int e = 0; e < E; ++e) sum = rm::fadd(sum, rm::expf_exact(rm::fadd(c[e], -m)));
-    }
-    w = rm::fmul(rm::fdiv(ex, sum), a.routed_scaling_factor);
-  }
+  const float w = slot_weight(a, c, s, my_id, lane);
   if (lane < k) out_ids[lane] = my_id, out_w[lane] = w;
 }
 

@@ -7,15 +7,16 @@
 #pragma once
 #include "kernels/async_sm90.cuh"
 #include "kernels/gemm_epilogue.cuh"
+#include "kernels/ws_tile.cuh"
 #include "plan/gemm_layout.hpp"
 
 namespace fp4moe::kernels::detail {
 
 template <int TileIndex, EpilogueInstance Epi>
-struct WsEpilogue {
-  static constexpr plan::GemmTile T = plan::kGemmTiles[TileIndex];
-  static constexpr plan::GemmSmemLayout L{T};
-  static constexpr int kMB = T.warp_m_tiles;
+struct WsEpilogue : WsTile<TileIndex> {
+  using WsTile<TileIndex>::T;
+  using WsTile<TileIndex>::L;
+  using WsTile<TileIndex>::kMB;
   static constexpr int kEpiStride = static_cast<int>(L.epilogue_row_stride() / 4);
   static constexpr int kEpiTokens = T.epilogue_rows();
   static constexpr int kFirstBarrier = 1;  // named barriers: + consumer warpgroup index

@@ -18,15 +18,16 @@
 #include "kernels/mma_sm80.cuh"
 #include "kernels/wgmma_sm90.cuh"
 #include "kernels/ws_pipeline.cuh"
+#include "kernels/ws_tile.cuh"
 #include "plan/gemm_layout.hpp"
 
 namespace fp4moe::kernels::detail {
 
 template <int TileIndex>
-struct WsMainloop {
-  static constexpr plan::GemmTile T = plan::kGemmTiles[TileIndex];
-  static constexpr plan::GemmSmemLayout L{T};
-  static constexpr int kMB = T.warp_m_tiles;  // m64 blocks per consumer warpgroup
+struct WsMainloop : WsTile<TileIndex> {
+  using WsTile<TileIndex>::T;
+  using WsTile<TileIndex>::L;
+  using WsTile<TileIndex>::kMB;
   static constexpr int kWGranPerStage = T.bk / 64;
   static constexpr int kAccSets = T.accumulator_sets();
   static constexpr int kFragBuffers = plan::GemmTile::kFragmentBuffers;

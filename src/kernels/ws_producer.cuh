@@ -11,14 +11,15 @@
 #include "kernels/async_sm90.cuh"
 #include "kernels/ws_pipeline.cuh"
 #include "kernels/ws_schedule.cuh"
+#include "kernels/ws_tile.cuh"
 
 namespace fp4moe::kernels::detail {
 
 template <int TileIndex>
-struct WsProducer {
-  static constexpr plan::GemmTile T = plan::kGemmTiles[TileIndex];
-  static constexpr plan::GemmSmemLayout L{T};
-  static constexpr int kCluster = T.cluster_n;
+struct WsProducer : WsTile<TileIndex> {
+  using WsTile<TileIndex>::T;
+  using WsTile<TileIndex>::L;
+  using WsTile<TileIndex>::kCluster;
   static constexpr uint16_t kClusterMask = uint16_t((1u << kCluster) - 1);
   static constexpr uint32_t kActStageBytes = uint32_t(T.nt) * T.bk * 2;
   static constexpr uint32_t kStageTx = uint32_t(L.weight_bytes_per_stage() + L.scale_bytes_per_stage());

@@ -9,16 +9,16 @@
 
 #include "kernels/gemm_scheduler.cuh"
 #include "kernels/grouped_gemm_params.hpp"
+#include "kernels/ws_tile.cuh"
 #include "plan/gemm_layout.hpp"
 #include "plan/split_k.hpp"
 
 namespace fp4moe::kernels::detail {
 
 template <int TileIndex>
-struct WsSchedule {
-  static constexpr plan::GemmTile T = plan::kGemmTiles[TileIndex];
-  static constexpr plan::GemmSmemLayout L{T};
-  static constexpr int kCluster = T.cluster_n;
+struct WsSchedule : WsTile<TileIndex> {
+  using WsTile<TileIndex>::T;
+  using WsTile<TileIndex>::kCluster;
 
   const KernelParams& p;
   uint8_t* smem;

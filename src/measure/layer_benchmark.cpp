@@ -50,6 +50,108 @@ std::vector<float> zipf_logits(int64_t tokens, int64_t experts, uint64_t seed) {
   return logits;
 }
 
+// One run's layer, inputs, ceilings and peer, and the measurement of one case.
+struct LayerCases {
+  const MoeConfig& cfg;
+  const LayerBenchOptions& o;
+  const Ceilings& ceil;
+  MoeLayer& layer;
+  cudaStream_t s;
+  const __nv_bfloat16* x;
+  __nv_bfloat16* out;
+  CublasGroupedPeer* peer;
+  double bytes_per_weight;  // fp4_bytes_per_weight of the layer's format
+
+  // One GEMM of a case: bytes, FLOPs, floor, its stage's time and the cuBLAS peer's.
+  json gemm(const GemmShape& sh, int64_t T, int64_t active, const std::vector<int32_t>& counts,
+            const std::vector<MoeLayer::StageTime>& stages) const {
+    const int64_t P = T * cfg.top_k, I = cfg.intermediate, H = cfg.hidden;
+    const double wbytes = double(active) * double(sh.n * sh.k) * bytes_per_weight;
+    const double in_rows = sh.n == 2 * I ? double(T) : double(P), out_cols = sh.n == 2 * I ? double(I) : double(H);
+    const double bytes = wbytes + in_rows * double(sh.k) * 2 + double(P) * out_cols * 2;
+    const double flops = 2.0 * double(P) * double(sh.n * sh.k);
+    const auto st = std::find_if(stages.begin(), stages.end(), [&](const auto& x2) { return x2.stage == sh.name; });
+    json gj = {{"name", sh.name}, {"n", sh.n}, {"k", sh.k}, {"rows", P}, {"bytes", bytes}, {"flops", flops},
+               {"weight_bytes", wbytes}, {"floor_ms", floor_ms(ceil, bytes, flops)}, {"counts", counts}};
+    if (st != stages.end()) {
+      gj["time"] = timing_json(st->median_ms, st->min_ms, st->max_ms);
+      gj["tb_per_s"] = bytes / (st->median_ms * 1e-3) / 1e12;
+      gj["tflop_per_s"] = flops / (st->median_ms * 1e-3) / 1e12;
+      gj["floor_fraction"] = floor_ms(ceil, bytes, flops) / st->median_ms;
+    }
+    if (peer) {
+      const TimingStats pt = peer->time(sh.n == 2 * I ? 0 : 1, counts, std::max(5, o.reps / 3), o.warm_seconds);
+      gj["cublas_bf16_ms"] = pt.median_ms;
+      if (st != stages.end()) gj["speedup_vs_cublas"] = pt.median_ms / st->median_ms;
+    }
+    return gj;
+  }
+
+  // One case: T tokens routed by the layer's router from `logits` (host fp32 [T, E]).
+  json measure(int64_t T, const std::vector<float>& logits, const char* routing) const {
+    const int64_t H = cfg.hidden, I = cfg.intermediate, Is = cfg.shared_expert ? cfg.shared_intermediate : 0;
+    DeviceBuffer<float> dl(logits);
+    auto fwd = [&] { layer.forward(s, x, dl.get(), T, out); };
+    const SteadyTiming st_time = time_graph_steady(fwd, s, o.warm_seconds, o.reps);
+    const TimingStats& lt = st_time.steady;
+    const auto stages = layer.profile(s, x, dl.get(), T, out, o.reps);
+    layer.check_status(s);
+    std::vector<int32_t> ids(size_t(T * cfg.top_k));
+    std::vector<float> wts(ids.size());
+    FP4MOE_CUDA_CHECK(cudaMemcpy(ids.data(), layer.topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(wts.data(), layer.topk_weights(), wts.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<int32_t> counts(size_t(cfg.num_experts), 0);
+    for (int32_t e : ids) ++counts[size_t(e)];
+    const int64_t active = std::count_if(counts.begin(), counts.end(), [](int32_t c) { return c > 0; });
+    const int64_t P = T * cfg.top_k;
+
+    json gemms = json::array();
+    double layer_bytes = 2.0 * 2.0 * double(T * H), layer_flops = 0;
+    for (const GemmShape& sh : {GemmShape{"gemm1", 2 * I, H, true}, GemmShape{"gemm2", H, I, true}}) {
+      json gj = gemm(sh, T, active, counts, stages);
+      layer_bytes += gj["weight_bytes"].get<double>();
+      layer_flops += gj["flops"].get<double>();
+      gemms.push_back(gj);
+    }
+    if (Is) {
+      layer_bytes += 3.0 * double(H * Is) * bytes_per_weight;
+      layer_flops += 2.0 * double(T) * 3.0 * double(H * Is);
+    }
+    json stj = json::object();
+    double gemm_ms = 0, total_ms = 0;
+    for (const auto& st : stages) {
+      stj[st.stage] = timing_json(st.median_ms, st.min_ms, st.max_ms);
+      total_ms += st.median_ms;
+      if (st.stage == "gemm1" || st.stage == "gemm2" || st.stage == "shared") gemm_ms += st.median_ms;
+    }
+    const double layer_floor_ms = floor_ms(ceil, layer_bytes, layer_flops);
+    const double burst_floor_ms = floor_ms(ceil, layer_bytes, layer_flops, /*burst=*/true);
+    const double mean_rows = double(P) / double(cfg.num_experts);
+    return json{{"tokens", T},
+                {"routing", routing},
+                {"tokens_per_expert", mean_rows},
+                {"active_experts", active},
+                {"max_rows_over_mean", double(*std::max_element(counts.begin(), counts.end())) / mean_rows},
+                {"sensors", sensors_json(st_time.sensors)},
+                {"layer", {{"time", timing_json(lt.median_ms, lt.min_ms, lt.max_ms)},
+                           {"burst_time", timing_json(st_time.burst.median_ms, st_time.burst.min_ms, st_time.burst.max_ms)},
+                           {"bytes", layer_bytes},
+                           {"flops", layer_flops},
+                           {"floor_ms", layer_floor_ms},
+                           {"floor_fraction", layer_floor_ms / lt.median_ms},
+                           {"burst_floor_ms", burst_floor_ms},
+                           {"burst_floor_fraction", burst_floor_ms / st_time.burst.median_ms},
+                           {"tb_per_s", layer_bytes / (lt.median_ms * 1e-3) / 1e12},
+                           {"tflop_per_s", layer_flops / (lt.median_ms * 1e-3) / 1e12},
+                           {"non_gemm_fraction", total_ms > 0 ? 1.0 - gemm_ms / total_ms : 0.0}}},
+                {"gemms", gemms},
+                {"stages", stj},
+                {"plan", layer.describe(T)},
+                {"topk_ids", ids},
+                {"topk_weights", wts}};
+  }
+};
+
 }  // namespace
 
 json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const LayerBenchOptions& o,
@@ -85,97 +187,17 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
     }
   }
 
-  const double fp4_bytes_per_elem = fp4_bytes_per_weight(weights.experts.at(0).gate.format);
   const int64_t H = cfg.hidden, I = cfg.intermediate, Is = cfg.shared_expert ? cfg.shared_intermediate : 0;
-  std::vector<GemmShape> shapes = {{"gemm1", 2 * I, H, true}, {"gemm2", H, I, true}};
+  const LayerCases bench{cfg, o, ceil, layer, s, x.get(), out.get(), peer.get(),
+                         fp4_bytes_per_weight(weights.experts.at(0).gate.format)};
   json cases = json::array();
-  // One case: T tokens routed by the layer's router from `logits` (host fp32 [T, E]).
-  auto measure = [&](int64_t T, const std::vector<float>& logits, const char* routing) {
-    DeviceBuffer<float> dl(logits);
-    auto fwd = [&] { layer.forward(s, x.get(), dl.get(), T, out.get()); };
-    const SteadyTiming st_time = time_graph_steady(fwd, s, o.warm_seconds, o.reps);
-    const TimingStats& lt = st_time.steady;
-    const auto stages = layer.profile(s, x.get(), dl.get(), T, out.get(), o.reps);
-    layer.check_status(s);
-    std::vector<int32_t> ids(size_t(T * cfg.top_k));
-    std::vector<float> wts(ids.size());
-    FP4MOE_CUDA_CHECK(cudaMemcpy(ids.data(), layer.topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost));
-    FP4MOE_CUDA_CHECK(cudaMemcpy(wts.data(), layer.topk_weights(), wts.size() * 4, cudaMemcpyDeviceToHost));
-    std::vector<int32_t> counts(size_t(cfg.num_experts), 0);
-    for (int32_t e : ids) ++counts[size_t(e)];
-    const int64_t active = std::count_if(counts.begin(), counts.end(), [](int32_t c) { return c > 0; });
-    const int64_t P = T * cfg.top_k;
-
-    json gemms = json::array();
-    double layer_bytes = 2.0 * 2.0 * double(T * H), layer_flops = 0;
-    for (const GemmShape& sh : shapes) {
-      const double wbytes = double(active) * double(sh.n * sh.k) * fp4_bytes_per_elem;
-      const double in_rows = sh.n == 2 * I ? double(T) : double(P), out_cols = sh.n == 2 * I ? double(I) : double(H);
-      const double bytes = wbytes + in_rows * double(sh.k) * 2 + double(P) * out_cols * 2;
-      const double flops = 2.0 * double(P) * double(sh.n * sh.k);
-      layer_bytes += wbytes;
-      layer_flops += flops;
-      const auto st = std::find_if(stages.begin(), stages.end(), [&](const auto& x2) { return x2.stage == sh.name; });
-      json gj = {{"name", sh.name}, {"n", sh.n}, {"k", sh.k}, {"rows", P}, {"bytes", bytes}, {"flops", flops},
-                 {"floor_ms", floor_ms(ceil, bytes, flops)}, {"counts", counts}};
-      if (st != stages.end()) {
-        gj["time"] = timing_json(st->median_ms, st->min_ms, st->max_ms);
-        gj["tb_per_s"] = bytes / (st->median_ms * 1e-3) / 1e12;
-        gj["tflop_per_s"] = flops / (st->median_ms * 1e-3) / 1e12;
-        gj["floor_fraction"] = floor_ms(ceil, bytes, flops) / st->median_ms;
-      }
-      if (peer) {
-        const TimingStats pt = peer->time(sh.n == 2 * I ? 0 : 1, counts, std::max(5, o.reps / 3), o.warm_seconds);
-        gj["cublas_bf16_ms"] = pt.median_ms;
-        if (st != stages.end()) gj["speedup_vs_cublas"] = pt.median_ms / st->median_ms;
-      }
-      gemms.push_back(gj);
-    }
-    if (Is) {
-      const double b = 3.0 * double(H * Is) * fp4_bytes_per_elem;
-      layer_bytes += b;
-      layer_flops += 2.0 * double(T) * 3.0 * double(H * Is);
-    }
-    json stj = json::object();
-    double gemm_ms = 0, total_ms = 0;
-    for (const auto& st : stages) {
-      stj[st.stage] = timing_json(st.median_ms, st.min_ms, st.max_ms);
-      total_ms += st.median_ms;
-      if (st.stage == "gemm1" || st.stage == "gemm2" || st.stage == "shared") gemm_ms += st.median_ms;
-    }
-    const double layer_floor_ms = floor_ms(ceil, layer_bytes, layer_flops);
-    const double burst_floor_ms = floor_ms(ceil, layer_bytes, layer_flops, /*burst=*/true);
-    const double mean_rows = double(P) / double(cfg.num_experts);
-    return json{{"tokens", T},
-                     {"routing", routing},
-                     {"tokens_per_expert", mean_rows},
-                     {"active_experts", active},
-                     {"max_rows_over_mean", double(*std::max_element(counts.begin(), counts.end())) / mean_rows},
-                     {"sensors", sensors_json(st_time.sensors)},
-                     {"layer", {{"time", timing_json(lt.median_ms, lt.min_ms, lt.max_ms)},
-                                {"burst_time", timing_json(st_time.burst.median_ms, st_time.burst.min_ms, st_time.burst.max_ms)},
-                                {"bytes", layer_bytes},
-                                {"flops", layer_flops},
-                                {"floor_ms", layer_floor_ms},
-                                {"floor_fraction", layer_floor_ms / lt.median_ms},
-                                {"burst_floor_ms", burst_floor_ms},
-                                {"burst_floor_fraction", burst_floor_ms / st_time.burst.median_ms},
-                                {"tb_per_s", layer_bytes / (lt.median_ms * 1e-3) / 1e12},
-                                {"tflop_per_s", layer_flops / (lt.median_ms * 1e-3) / 1e12},
-                                {"non_gemm_fraction", total_ms > 0 ? 1.0 - gemm_ms / total_ms : 0.0}}},
-                     {"gemms", gemms},
-                     {"stages", stj},
-                     {"plan", layer.describe(T)},
-                     {"topk_ids", ids},
-                     {"topk_weights", wts}};
-  };
   json skewed = json::array();
   for (int64_t T : o.tokens) {
     // The layer's router on Gaussian logits (what a random router gives on random hidden states).
-    cases.push_back(measure(T, gaussian_logits(T, cfg.num_experts, 100 + uint64_t(T)), "random"));
+    cases.push_back(bench.measure(T, gaussian_logits(T, cfg.num_experts, 100 + uint64_t(T)), "random"));
     if (progress) progress(++done, total, "T=" + std::to_string(T));
     if (!o.skewed) continue;
-    skewed.push_back(measure(T, zipf_logits(T, cfg.num_experts, 200 + uint64_t(T)), "zipf"));
+    skewed.push_back(bench.measure(T, zipf_logits(T, cfg.num_experts, 200 + uint64_t(T)), "zipf"));
     if (progress) progress(++done, total, "T=" + std::to_string(T) + " skewed");
   }
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));

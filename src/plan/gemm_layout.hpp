@@ -1,8 +1,10 @@
-// The decode grouped GEMM's tile configurations and shared-memory layout.
+// The FP4 grouped GEMM's tile configurations and shared-memory layout.
 //
-// This header is the one source of truth: the kernel (src/kernels/fp4_grouped_gemm.cu)
-// allocates its dynamic shared memory from GemmSmemLayout, and the planner
-// (src/plan/gemm_plan.cpp) reports the same terms. Host and device compile it.
+// This header is the one source of truth: both kernels (fp4_grouped_gemm.cu,
+// fp4_grouped_gemm_ws_sm90.cu in src/kernels) allocate their dynamic shared
+// memory from GemmSmemLayout, and the planner (src/plan/gemm_plan.cpp) reports
+// the same terms. Host and device compile it. What the compiler and the
+// measurements showed for each policy: docs/kernels.md, "Tile policies".
 //
 // The kernel computes Y^T = W * X^T ("swap AB"): weight rows fill the MMA's
 // M dimension, the few tokens of an expert fill N. One CTA owns `bm` weight
@@ -57,9 +59,8 @@ struct GemmTile {
   // up to the step). 0: the widths of k_loop_width's rule below.
   int k_loop_step = 0;
   // The tile has a biased epilogue instance (expert biases, gpt-oss's clamped
-  // SwiGLU): false where that instance spills registers (the tiles of 128+
-  // accumulators per thread and multi-pass staging, and four consumer
-  // warpgroups at 104 registers); GEMMs with biases are planned on the others.
+  // SwiGLU): false where that instance would spill registers; GEMMs with
+  // biases are planned on the others.
   bool biased_instance = true;
 
   // ---- shape ----
@@ -84,12 +85,10 @@ struct GemmTile {
   // and TMA boxes use; ldmatrix reads it without bank conflicts too.
   constexpr bool swizzled_activations() const { return wgmma || warp_specialized; }
   // Registers per thread: the launch gives every thread the cap of
-  // __launch_bounds__ (multiples of 8); warp-specialized tiles short of it move
-  // registers from the producer (72; 40 where four consumer warpgroups share the
-  // SM's registers or 144+ accumulators per thread spill at 216; 24, the least,
-  // where three CTAs share them or four consumer warpgroups hold 64+
-  // accumulators each or run the eight K-loop copies of a k_loop_step, which
-  // spill at 104) to the consumers (setmaxnreg).
+  // __launch_bounds__ (multiples of 8); warp-specialized tiles move registers
+  // from the producer, which issues copies and needs few, to the consumers
+  // (setmaxnreg): 72, or 40 or 24 where the consumers hold the most live
+  // values per register they can get.
   constexpr int register_cap() const { return (65536 / (threads() * ctas_per_sm)) / 8 * 8; }
   constexpr int producer_registers() const {
     return register_cap() < 64 || (consumer_warpgroups() == 4 && (accumulators_per_thread() >= 64 || k_loop_step > 0)) ? 24 : register_cap() < 128 || accumulators_per_thread() > 128 ? 40 : 72;
@@ -98,10 +97,9 @@ struct GemmTile {
     const int r = (threads() * register_cap() - kProducerThreads * producer_registers()) / (threads() - kProducerThreads) / 8 * 8;
     return r > 232 ? 232 : r;
   }
-  // Who reallocates: 128+ accumulators per thread (64+ with mma.sync, whose
-  // fragments and activation tiles are per warp), wgmma tiles of four consumer
-  // warpgroups (96 registers each: their A fragment pipeline spills), and tiles
-  // of three CTAs per SM (56: the mma.sync consumers spill).
+  // Who reallocates: the tiles whose consumers would not fit their live values
+  // in the launch's even share (many accumulators per thread, four consumer
+  // warpgroups of wgmma, three CTAs per SM).
   constexpr bool reallocates_registers() const {
     return warp_m_tiles * nt > (wgmma ? 128 : 64) || (wgmma && register_cap() < 128) || register_cap() < 64;
   }
@@ -113,10 +111,10 @@ struct GemmTile {
   // Token columns of an item's K loop (warp-specialized): the smallest of these
   // that covers its rows. Short chunks are common under ragged routing and the
   // columns past the rows are never stored. Widths nt/4, nt/2, 3nt/4 and nt; on
-  // two-block wgmma tiles (a fourth copy of their pipeline spills registers)
-  // nt/2, 5nt/8 and nt (their 64-token chunks hold 57..72 tokens); where chunks
-  // are shorter than nt, chunk/2, chunk and nt (the last chunk's extra rows);
-  // with a k_loop_step, every multiple of it up to nt.
+  // two-block wgmma tiles three copies of the loop (nt/2, 5nt/8, nt), each a
+  // copy of the pipeline's registers; where chunks are shorter than nt, chunk/2,
+  // chunk and nt (the last chunk's extra rows); with a k_loop_step, every
+  // multiple of it up to nt.
   // wgmma atoms exist for every N in 8s; mma.sync takes n8 tiles in pairs.
   static constexpr int kKLoopWidths = 8;  // k_loop_width(0 .. 7); the last is nt
   constexpr bool narrows_k_loop() const { return warp_specialized && (k_loop_step > 0 || (wgmma ? nt >= 64 : nt >= 32)); }
@@ -139,11 +137,12 @@ struct GemmTile {
     return nt;
   }
   // Tiles of 136+ accumulators per thread read the item, its split and the
-  // item count again after the K loop (a binary search in shared memory):
-  // kept live across it, they spill there.
+  // item count again after the K loop (a binary search in shared memory)
+  // rather than keep them live across it, where registers are scarcest.
   constexpr bool rereads_item_after_k_loop() const { return accumulators_per_thread() > 128; }
   // The first item's weights are asked for from the chunk prefix alone (no
-  // expert offsets read first), except on cluster tiles (ptxas spilled there).
+  // expert offsets read first: one round trip to L2 fewer), except on cluster
+  // tiles, whose registers it would not fit.
   constexpr bool first_tile_from_prefix() const { return cluster_n == 1; }
   // Tokens staged per epilogue pass: all of them, except on wide
   // warp-specialized tiles (bm x nt > 128 x 128), which stage 64 (48 where 64
@@ -209,13 +208,12 @@ inline constexpr GemmTile kGemmTiles[] = {
     // to 144 rows, so ragged counts add fewer items.
     {.name = "bm256_nt144_bk128_mt2_c1_ws_ch128", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 128, .biased_instance = false},
     {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136, .biased_instance = false},
-    // 64 tokens with stages of 256 k: one barrier wait per 16 k16 steps instead of 8
-    // (about 30 of a stage's 212 instructions are its wait, hand-back and cursor); its
-    // epilogue stages 16 tokens at a time (17 instead of 68 KB) so that three stages fit,
-    // and the ring does not run dry behind each item's epilogue.
+    // 64 tokens with stages of 256 k: half the barrier waits per k; its epilogue
+    // stages 16 tokens at a time so that three stages fit, and the ring does not
+    // run dry behind each item's epilogue.
     {.name = "bm256_nt64_bk256_mt1_c1_ws_e16", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .epilogue_token_rows = 16, .biased_instance = false},
     // Prefill in clusters of two N tiles sharing the activations (multicast):
-    // 36.5 instead of 55 KB per stage from L2 per CTA.
+    // a third fewer bytes per stage from L2 per CTA.
     {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136_cl2", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136, .cluster_n = 2, .biased_instance = false},
     // Three CTAs per SM: a GEMM of a few hundred single-token items runs in one round.
     {.name = "bm128_nt8_bk256_mt1_c3_ws_sync", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 3, .warp_specialized = true},
@@ -228,9 +226,8 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm256_nt64_bk256_mt1_c1_ws_e16_cl2", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .epilogue_token_rows = 16, .biased_instance = false},
     {.name = "bm256_nt128_bk128_mt2_c1_ws_cl2", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .biased_instance = false},
     // The 64-token cluster tile with the K loop as wide as the rows in steps of 8
-    // (16 to 48 rows waste 3.5 columns on average instead of 7.5 with widths 16,
-    // 32, 48, 64), for the tuner; twice the K-loop copies, which the ranking
-    // does not take (docs/kernels.md, "K-loop widths in 8s").
+    // (half the wasted columns of steps of 16), for the tuner: twice the K-loop
+    // copies, which the ranking does not take.
     {.name = "bm256_nt64_bk256_mt1_c1_ws_e16_w8_cl2", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .epilogue_token_rows = 16, .k_loop_step = 8, .biased_instance = false},
 };
 inline constexpr int kNumGemmTiles = sizeof(kGemmTiles) / sizeof(kGemmTiles[0]);

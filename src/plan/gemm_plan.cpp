@@ -53,40 +53,23 @@ GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   return f;
 }
 
-SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request,
-                        bool biased) {
-  const GemmTileFit f = fit_gemm_tile(tile_index, n, k, budget, stages_request, biased);
-  const std::string name = gemm_tile_name(tile_index);
-  const GemmSmemLayout L = gemm_layout(tile_index);
+namespace {
+
+// Every term of the tile's shared-memory account at `stages` stages.
+std::vector<SmemTerm> gemm_smem_terms(const GemmSmemLayout& L, int stages) {
   const GemmTile& t = L.tile;
-  const int64_t capacity = f.capacity;
-  SmemPlan p;
-  p.kernel = "grouped";
-  p.config = name;
-  p.biased_instance = t.biased_instance;
-  p.capacity = capacity;
-  p.per_stage = L.smem_bytes_per_stage();
-  p.min_stages = GemmSmemLayout::kMinStages;
-  p.max_stages = t.max_stages;
-  p.threads = t.threads();
-  p.ctas_per_sm = t.ctas_per_sm;
-  const int auto_stages = f.auto_stages;
-  p.stages = f.stages;
-  p.smem_bytes = f.smem_bytes;
-  p.headroom = capacity - p.smem_bytes;
-  p.fits = f.fits;
-  const std::string xs = " x " + std::to_string(p.stages) + " stages";
-  p.terms = {
-      {"weights (FP4)", L.weight_bytes_per_stage() * p.stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 2" + xs},
-      {"block scales", L.scale_bytes_per_stage() * p.stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 16" + xs},
-      {"activations (bf16)", (L.act_bytes_per_stage() - L.act_padding_per_stage()) * p.stages,
+  const std::string xs = " x " + std::to_string(stages) + " stages";
+  return {
+      {"weights (FP4)", L.weight_bytes_per_stage() * stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 2" + xs},
+      {"block scales", L.scale_bytes_per_stage() * stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 16" + xs},
+      {"activations (bf16)", (L.act_bytes_per_stage() - L.act_padding_per_stage()) * stages,
        std::to_string(t.nt) + " tokens x " + std::to_string(t.bk) + " k x 2" + xs +
            (t.chunk() < t.nt ? " (chunks of " + std::to_string(t.chunk()) + " tokens, an expert's last up to " +
                                    std::to_string(t.nt) + ")"
                              : std::string())},
-      {"activation row padding", L.act_padding_per_stage() * p.stages,
+      {"activation row padding", L.act_padding_per_stage() * stages,
        t.swizzled_activations() ? "none: 128-byte swizzle" : "16 bytes per row against ldmatrix bank conflicts" + xs},
-      {"stage alignment padding", L.stage_alignment_padding() * p.stages,
+      {"stage alignment padding", L.stage_alignment_padding() * stages,
        std::string("operands start on ") + (t.swizzled_activations() ? "1024" : "128") + " bytes" + xs},
       {"pipeline barriers", L.barrier_bytes(),
        t.warp_specialized ? "full + empty mbarrier x " + std::to_string(t.max_stages) + " stages (most) x 8"
@@ -109,6 +92,15 @@ SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& 
       {"runtime reservation", 1024, "per block, outside the opt-in capacity (sm_80+)"},
   };
 
+}
+
+// Why the tile fits or not, and (p.suggestions) what would make it fit.
+std::string explain_fit(const GemmTileFit& f, const GemmSmemLayout& L, int64_t n, int64_t k, const SmemBudget& budget,
+                        SmemPlan& p) {
+  const GemmTile& t = L.tile;
+  const std::string name = t.name;
+  const int64_t capacity = f.capacity;
+  const int auto_stages = f.auto_stages;
   std::ostringstream why;
   using Why = GemmTileFit::Why;
   if (capacity < budget.optin_per_block)
@@ -175,7 +167,32 @@ SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& 
           << p.headroom << " spare";
       break;
   }
-  p.explanation = why.str();
+  return why.str();
+}
+
+}  // namespace
+
+SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request,
+                        bool biased) {
+  const GemmTileFit f = fit_gemm_tile(tile_index, n, k, budget, stages_request, biased);
+  const GemmSmemLayout L = gemm_layout(tile_index);
+  const GemmTile& t = L.tile;
+  SmemPlan p;
+  p.kernel = "grouped";
+  p.config = gemm_tile_name(tile_index);
+  p.biased_instance = t.biased_instance;
+  p.capacity = f.capacity;
+  p.per_stage = L.smem_bytes_per_stage();
+  p.min_stages = GemmSmemLayout::kMinStages;
+  p.max_stages = t.max_stages;
+  p.threads = t.threads();
+  p.ctas_per_sm = t.ctas_per_sm;
+  p.stages = f.stages;
+  p.smem_bytes = f.smem_bytes;
+  p.headroom = f.capacity - p.smem_bytes;
+  p.fits = f.fits;
+  p.terms = gemm_smem_terms(L, p.stages);
+  p.explanation = explain_fit(f, L, n, k, budget, p);
   return p;
 }
 
