@@ -35,11 +35,8 @@ message(STATUS "CUTLASS ${FP4MOE_CUTLASS_VERSION} headers: ${_cutlass_inc}")
 # every build folder and clone (the pip build after the CMake build of a
 # checkout; each pip build's new environment). ccache rewrites nvcc's spaced
 # -isystem DIR, not the -isystem=DIR form CMake uses by default.
-set(_cutlass_copy "${PROJECT_BINARY_DIR}/cutlass-${FP4MOE_CUTLASS_VERSION}")
-if(NOT EXISTS "${_cutlass_copy}/include/cutlass/version.h")
-  file(REMOVE_RECURSE "${_cutlass_copy}.partial")
-  file(COPY "${_cutlass_inc}/" DESTINATION "${_cutlass_copy}.partial/include")
-  file(RENAME "${_cutlass_copy}.partial" "${_cutlass_copy}")
-endif()
-set(FP4MOE_CUTLASS_INCLUDE_DIR "${_cutlass_copy}/include")  # for this configure; the cache keeps what was given
+# file(COPY) keeps the files' times and skips those already copied.
+set(_cutlass_copy "${PROJECT_BINARY_DIR}/cutlass-${FP4MOE_CUTLASS_VERSION}/include")
+file(COPY "${_cutlass_inc}/" DESTINATION "${_cutlass_copy}")
+set(FP4MOE_CUTLASS_INCLUDE_DIR "${_cutlass_copy}")  # for this configure; the cache keeps what was given
 set(CMAKE_INCLUDE_SYSTEM_FLAG_CUDA "-isystem ")
