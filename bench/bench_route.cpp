@@ -50,20 +50,8 @@ int main(int argc, char** argv) {
     cudaStream_t s;
     FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
     auto args = [&](int64_t T) {
-      kernels::RouteArgs a;
+      kernels::RouteArgs a = kernels::route_args(c, db.get(), T, ids.get(), w.get(), status.get());
       a.logits = dl.get();
-      a.bias = c.use_correction_bias ? db.get() : nullptr;
-      a.tokens = T;
-      a.experts = int(c.num_experts);
-      a.top_k = int(c.top_k);
-      a.sigmoid = c.scoring == Scoring::sigmoid;
-      a.renormalize = c.renormalize;
-      a.n_group = int(c.n_group);
-      a.topk_group = int(c.topk_group);
-      a.routed_scaling_factor = c.routed_scaling_factor;
-      a.topk_ids = ids.get();
-      a.topk_weights = w.get();
-      a.status = status.get();
       return a;
     };
     fmt::print("{}: E {}, top-{}, {}; µs per launch\n\n", c.name, c.num_experts, c.top_k,

@@ -95,7 +95,7 @@ struct GemmLaunch {
 
 // A tile that loads its rows in expert order by TMA (warp-specialized tiles: a
 // tensor map cannot gather rows on sm_90) needs gathered rows copied into
-// expert order first (launch_gather_rows); a GEMM step does it (runtime/gemm_step.hpp).
+// expert order first (launch_gather_rows), a launch of its own before the GEMM.
 // The launch itself: kernels/grouped_gemm_launch.hpp.
 
 }  // namespace fp4moe::kernels

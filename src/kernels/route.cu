@@ -200,6 +200,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(const RouteA
 
 }  // namespace
 
+RouteArgs route_args(const MoeConfig& cfg, const float* correction_bias, int64_t tokens, int32_t* topk_ids,
+                     float* topk_weights, int32_t* status) {
+  RouteArgs r;
+  r.bias = cfg.use_correction_bias ? correction_bias : nullptr;
+  r.tokens = tokens;
+  r.experts = static_cast<int>(cfg.num_experts);
+  r.top_k = static_cast<int>(cfg.top_k);
+  r.sigmoid = cfg.scoring == Scoring::sigmoid;
+  r.renormalize = cfg.renormalize;
+  r.n_group = static_cast<int>(cfg.n_group);
+  r.topk_group = static_cast<int>(cfg.topk_group);
+  r.routed_scaling_factor = cfg.routed_scaling_factor;
+  r.topk_ids = topk_ids;
+  r.topk_weights = topk_weights;
+  r.status = status;
+  return r;
+}
+
 void launch_route(const RouteArgs& a, cudaStream_t stream) {
   FP4MOE_CHECK(a.experts >= 1 && a.experts <= kMaxExperts, "route: experts = " << a.experts << " is outside 1.." << kMaxExperts);
   FP4MOE_CHECK(a.top_k >= 1 && a.top_k <= 32 && a.top_k <= a.experts, "route: top_k = " << a.top_k << " is outside 1..min(32, E)");

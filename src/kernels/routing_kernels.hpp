@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "fp4moe/model.hpp"
+
 namespace fp4moe::kernels {
 
 // Bits of the device status word (a bad input never crashes or writes out of bounds).
@@ -29,6 +31,10 @@ struct RouteArgs {
 };
 // Bitwise the CPU reference's choice and weights (src/reference/router_math.hpp).
 void launch_route(const RouteArgs& a, cudaStream_t stream);
+// The router of model `cfg` (its scoring, groups, scaling) over `tokens`
+// tokens into ids, weights and status; the logits are the caller's to set.
+RouteArgs route_args(const MoeConfig& cfg, const float* correction_bias, int64_t tokens, int32_t* topk_ids,
+                     float* topk_weights, int32_t* status);
 
 // A layer may hold a range of the model's experts (expert parallelism): ids in
 // [expert_begin, expert_begin + experts) are its own and sorted; other valid ids
