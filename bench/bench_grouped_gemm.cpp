@@ -228,6 +228,12 @@ int main(int argc, char** argv) {
                "at the start: {:.3f} TB/s, {:.1f} TFLOP/s\n",
                ceil.copy_tb_per_s, ceil.bf16_tflop_per_s, ceil.gemm_sensors.sm_clock_mhz_median,
                ceil.gemm_sensors.power_w_median, ceil.copy_tb_per_s_burst, ceil.bf16_tflop_per_s_burst);
+    if (ceil.energy.measured())
+      fmt::print("energy model: {:.0f} pJ/byte, {:.3f} pJ/bf16 FLOP, static {:.0f} W, cap {:.0f} W (fit rms {:.1f} W)\n",
+                 ceil.energy.joules_per_byte * 1e12, ceil.energy.joules_per_bf16_flop * 1e12, ceil.energy.static_w,
+                 ceil.energy.power_cap_w, ceil.energy.fit_rms_w);
+    else
+      fmt::print("energy model: not measured ({})\n", ceil.energy.why_not);
 
     cudaStream_t stream;
     FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream));
@@ -278,7 +284,8 @@ int main(int argc, char** argv) {
           const double out_bytes = double(rb.pairs) * double(g.n) * 2;
           const double bytes = weight_bytes + act_in + out_bytes;
           const double flops = 2.0 * double(rb.pairs) * double(g.n) * double(g.k);
-          return std::array<double, 4>{bytes, flops, floor_ms(ceil, bytes, flops), floor_ms(ceil, bytes, flops, true)};
+          return std::array<double, 5>{bytes, flops, floor_ms(ceil, bytes, flops), floor_ms(ceil, bytes, flops, true),
+                                       energy_floor_ms(ceil, bytes, flops)};
         };
         auto route = [&](size_t i) {
           const uint64_t seed = 1000 + uint64_t(T) + 7919 * i;
@@ -292,7 +299,7 @@ int main(int argc, char** argv) {
         const RoutedBatch& rb = rbs[0];
         std::vector<DeviceBuffer<int32_t>> doffs, dgathers;
         std::vector<GemmOperands> ops;
-        double bytes = 0, flops = 0, case_floor_ms = 0, burst_floor_ms = 0, active = 0;  // per launch: the mean over the routings
+        double bytes = 0, flops = 0, case_floor_ms = 0, burst_floor_ms = 0, case_energy_floor_ms = 0, active = 0;  // per launch: the mean over the routings
         int64_t max_rows = 0;
         std::vector<std::vector<int32_t>> counts_rotation;
         for (const RoutedBatch& r : rbs) {
@@ -300,6 +307,7 @@ int main(int argc, char** argv) {
           dgathers.emplace_back(r.gather);
           const auto f = floor_of(r);
           bytes += f[0] / routings, flops += f[1] / routings, case_floor_ms += f[2] / routings, burst_floor_ms += f[3] / routings;
+          case_energy_floor_ms += f[4] / routings;
           active += double(r.active) / routings;
           max_rows = std::max(max_rows, r.max_rows);
           counts_rotation.push_back(r.counts);
@@ -398,6 +406,7 @@ int main(int argc, char** argv) {
                      100 * burst_floor_ms / steady.burst.median_ms);
           cases.push_back({{"gemm", g.name}, {"tokens", T}, {"n", g.n}, {"k", g.k}, {"pairs", rb.pairs},
                            {"bytes", bytes}, {"flops", flops}, {"floor_ms", case_floor_ms},
+                           {"energy_floor_ms", case_energy_floor_ms},
                            {"best_tile", plan::gemm_tile_name(best_tile)}, {"grid", best_grid},
                            {"median_ms", best.median_ms}, {"min_ms", best.min_ms}, {"max_ms", best.max_ms}, {"routings", routings},
                            {"single_launch_ms", single.median_ms}, {"eager_ms", eager.median_ms},
@@ -420,7 +429,9 @@ int main(int argc, char** argv) {
                   {"routings", routings}, {"single_launch_ms", single.median_ms},
                   {"eager_ms", eager.median_ms}, {"tb_per_s", bytes / (best.median_ms * 1e-3) / 1e12},
                   {"tflop_per_s", flops / (best.median_ms * 1e-3) / 1e12},
-                  {"floor_fraction", case_floor_ms / best.median_ms}, {"cublas_bf16_ms", tb.median_ms},
+                  {"floor_fraction", case_floor_ms / best.median_ms},
+                  {"energy_floor_ms", case_energy_floor_ms}, {"energy_floor_fraction", case_energy_floor_ms / best.median_ms},
+                  {"cublas_bf16_ms", tb.median_ms},
                   {"speedup_vs_cublas", tb.median_ms / best.median_ms},
                   {"dense_fraction", tflops / ceil.bf16_tflop_per_s},
                   {"bf16_tflop_per_s_adjacent", dense_adjacent}, {"dense_fraction_adjacent", tflops / dense_adjacent},

@@ -6,6 +6,7 @@
 
 #include "fp4moe/error.hpp"
 #include "measure/ceilings.hpp"
+#include "measure/dense_gemm.hpp"
 #include "runtime/random_fill.hpp"
 #include "runtime/cublas_check.hpp"
 #include "common/cuda_check.hpp"
@@ -15,44 +16,6 @@
 
 namespace fp4moe {
 
-namespace {
-
-// The dense GEMM of the ceiling: C = A B, M = N = K = n, bf16 in and out, fp32 accumulation.
-class DenseGemm {
- public:
-  DenseGemm(int64_t n, cudaStream_t stream) : n_(n), a_(size_t(n * n)), b_(size_t(n * n)), c_(size_t(n * n)) {
-    fill_random_bf16(a_.get(), n * n, 2, 1.f, stream);
-    fill_random_bf16(b_.get(), n * n, 3, 1.f, stream);
-    FP4MOE_CUBLAS_CHECK(cublasCreate(&handle_));
-    FP4MOE_CUBLAS_CHECK(cublasSetStream(handle_, stream));
-  }
-  ~DenseGemm() { cublasDestroy(handle_); }
-  DenseGemm(const DenseGemm&) = delete;
-  DenseGemm& operator=(const DenseGemm&) = delete;
-  void run() const {
-    const float alpha = 1.f, beta = 0.f;
-    const int n = int(n_);
-    FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a_.get(), CUDA_R_16BF, n, b_.get(),
-                                     CUDA_R_16BF, n, &beta, c_.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                                     CUBLAS_GEMM_DEFAULT));
-  }
-  double tflop_per_s(double ms) const { return 2.0 * double(n_) * double(n_) * double(n_) / (ms * 1e-3) / 1e12; }
-
- private:
-  int64_t n_;
-  DeviceBuffer<__nv_bfloat16> a_, b_, c_;
-  cublasHandle_t handle_ = nullptr;
-};
-
-struct OwnedStream {
-  cudaStream_t s = nullptr;
-  OwnedStream() { FP4MOE_CUDA_CHECK(cudaStreamCreate(&s)); }
-  ~OwnedStream() { cudaStreamDestroy(s); }
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-};
-
-}  // namespace
 
 double measure_bf16_tflop_per_s(int gemm_size) {
   const OwnedStream stream;
@@ -83,12 +46,17 @@ Ceilings measure_ceilings(double warm_seconds, int64_t copy_bytes, int gemm_size
       c.copy_tb_per_s = copy_rate(tc.steady.median_ms), c.copy_sensors = tc.sensors;
       const SteadyTiming tg = time_steady([&] { gemm.run(); }, stream.s, warm_seconds, 20);
       c.bf16_tflop_per_s = gemm.tflop_per_s(tg.steady.median_ms), c.gemm_sensors = tg.sensors;
+      c.energy = measure_energy_model(std::min(1.0, warm_seconds));
     } else {
       c.copy_tb_per_s = c.copy_tb_per_s_burst, c.bf16_tflop_per_s = c.bf16_tflop_per_s_burst;
     }
   }
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream.s));
   return c;
+}
+
+double energy_floor_ms(const Ceilings& c, double bytes, double flops) {
+  return std::max(floor_ms(c, bytes, flops), energy_bound_ms(c.energy, bytes, flops));
 }
 
 double floor_ms(const Ceilings& c, double bytes, double flops, bool burst) {

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "measure/energy.hpp"
 #include "measure/gpu_sensors.hpp"
 
 namespace fp4moe {
@@ -18,6 +19,7 @@ struct Ceilings {
   double bf16_tflop_per_s = 0;  // cuBLAS bf16 GEMM, fp32 accumulation, random data; steady state
   double copy_tb_per_s_burst = 0, bf16_tflop_per_s_burst = 0;  // the same at the start of the run
   SensorSummary copy_sensors, gemm_sensors;                      // beside the steady-state timings
+  EnergyModel energy;  // measured with the steady-state ceilings (not with warm_seconds = 0)
   double warm_seconds = 0;
   int64_t copy_bytes = 0;
   int gemm_size = 0;
@@ -31,6 +33,9 @@ Ceilings measure_ceilings(double warm_seconds, int64_t copy_bytes = int64_t(2) <
 // The floor of a case, ms: max(bytes / copy bandwidth, FLOPs / bf16 rate) at
 // the steady-state ceilings, or at the start-of-run ones (`burst`).
 double floor_ms(const Ceilings& c, double bytes, double flops, bool burst = false);
+// The steady-state floor or the energy the case needs at the power cap,
+// whichever is longer, ms (the roofline floor where no energy model was measured).
+double energy_floor_ms(const Ceilings& c, double bytes, double flops);
 
 // The cuBLAS bf16 rate alone (TFLOP/s), timed as the start-of-run ceiling is (3
 // warm-up and 20 timed runs, no steady state): beside a case, the rate at that

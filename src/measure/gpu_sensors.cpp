@@ -20,6 +20,10 @@ struct Nvml {
   int (*by_pci)(const char*, Handle*) = nullptr;
   int (*clock)(Handle, int, unsigned*) = nullptr;  // nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM = 1, &mhz)
   int (*power)(Handle, unsigned*) = nullptr;       // nvmlDeviceGetPowerUsage(dev, &milliwatts)
+  // optional: nvmlDeviceGetTotalEnergyConsumption(dev, &millijoules since the driver loaded),
+  // nvmlDeviceGetEnforcedPowerLimit(dev, &milliwatts)
+  int (*energy)(Handle, unsigned long long*) = nullptr;
+  int (*power_limit)(Handle, unsigned*) = nullptr;
   std::string error;
 };
 
@@ -35,6 +39,8 @@ const Nvml& nvml() {
     r.by_pci = reinterpret_cast<int (*)(const char*, Handle*)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
     r.clock = reinterpret_cast<int (*)(Handle, int, unsigned*)>(dlsym(lib, "nvmlDeviceGetClockInfo"));
     r.power = reinterpret_cast<int (*)(Handle, unsigned*)>(dlsym(lib, "nvmlDeviceGetPowerUsage"));
+    r.energy = reinterpret_cast<int (*)(Handle, unsigned long long*)>(dlsym(lib, "nvmlDeviceGetTotalEnergyConsumption"));
+    r.power_limit = reinterpret_cast<int (*)(Handle, unsigned*)>(dlsym(lib, "nvmlDeviceGetEnforcedPowerLimit"));
     if (!r.init || !r.by_pci || !r.clock || !r.power) r.error = "NVML lacks an entry point used here";
     else if (r.init() != 0) r.error = "nvmlInit_v2 failed";
     return r;
@@ -42,7 +48,37 @@ const Nvml& nvml() {
   return n;
 }
 
+// The NVML handle of CUDA device `device`, or null (and why).
+Handle handle_of(int device, std::string* why) {
+  const Nvml& n = nvml();
+  Handle h = nullptr;
+  char pci[32] = {0};
+  if (!n.error.empty()) *why = n.error;
+  else if (cudaDeviceGetPCIBusId(pci, sizeof(pci), device) != cudaSuccess) *why = "no PCI bus id for the CUDA device";
+  else if (n.by_pci(pci, &h) != 0) *why = "NVML does not know the device at " + std::string(pci);
+  return why->empty() ? h : nullptr;
+}
+
 }  // namespace
+
+GpuEnergyCounter::GpuEnergyCounter(int device) {
+  handle_ = handle_of(device, &why_not_);
+  if (handle_ && !nvml().energy) why_not_ = "NVML has no nvmlDeviceGetTotalEnergyConsumption";
+  unsigned long long mj = 0;
+  if (why_not_.empty() && nvml().energy(handle_, &mj) != 0) why_not_ = "nvmlDeviceGetTotalEnergyConsumption failed";
+}
+
+double GpuEnergyCounter::joules() const {
+  unsigned long long mj = 0;
+  if (!available() || nvml().energy(handle_, &mj) != 0) return -1;
+  return double(mj) * 1e-3;
+}
+
+double GpuEnergyCounter::power_limit_w() const {
+  unsigned mw = 0;
+  if (!handle_ || !nvml().power_limit || nvml().power_limit(handle_, &mw) != 0) return 0;
+  return mw * 1e-3;
+}
 
 GpuSensorSampler::GpuSensorSampler(int device, int period_ms) {
   const Nvml& n = nvml();

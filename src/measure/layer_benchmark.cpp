@@ -73,11 +73,13 @@ struct LayerCases {
     const auto st = std::find_if(stages.begin(), stages.end(), [&](const auto& x2) { return x2.stage == sh.name; });
     json gj = {{"name", sh.name}, {"n", sh.n}, {"k", sh.k}, {"rows", P}, {"bytes", bytes}, {"flops", flops},
                {"weight_bytes", wbytes}, {"floor_ms", floor_ms(ceil, bytes, flops)}, {"counts", counts}};
+    if (ceil.energy.measured()) gj["energy_floor_ms"] = energy_floor_ms(ceil, bytes, flops);
     if (st != stages.end()) {
       gj["time"] = timing_json(st->median_ms, st->min_ms, st->max_ms);
       gj["tb_per_s"] = bytes / (st->median_ms * 1e-3) / 1e12;
       gj["tflop_per_s"] = flops / (st->median_ms * 1e-3) / 1e12;
       gj["floor_fraction"] = floor_ms(ceil, bytes, flops) / st->median_ms;
+      if (ceil.energy.measured()) gj["energy_floor_fraction"] = energy_floor_ms(ceil, bytes, flops) / st->median_ms;
     }
     if (peer) {
       const TimingStats pt = peer->time(sh.n == 2 * I ? 0 : 1, counts, std::max(5, o.reps / 3), o.warm_seconds);
@@ -127,23 +129,28 @@ struct LayerCases {
     const double layer_floor_ms = floor_ms(ceil, layer_bytes, layer_flops);
     const double burst_floor_ms = floor_ms(ceil, layer_bytes, layer_flops, /*burst=*/true);
     const double mean_rows = double(P) / double(cfg.num_experts);
+    json layer_json = {{"time", timing_json(lt.median_ms, lt.min_ms, lt.max_ms)},
+                       {"burst_time", timing_json(st_time.burst.median_ms, st_time.burst.min_ms, st_time.burst.max_ms)},
+                       {"bytes", layer_bytes},
+                       {"flops", layer_flops},
+                       {"floor_ms", layer_floor_ms},
+                       {"floor_fraction", layer_floor_ms / lt.median_ms},
+                       {"burst_floor_ms", burst_floor_ms},
+                       {"burst_floor_fraction", burst_floor_ms / st_time.burst.median_ms},
+                       {"tb_per_s", layer_bytes / (lt.median_ms * 1e-3) / 1e12},
+                       {"tflop_per_s", layer_flops / (lt.median_ms * 1e-3) / 1e12},
+                       {"non_gemm_fraction", total_ms > 0 ? 1.0 - gemm_ms / total_ms : 0.0}};
+    if (ceil.energy.measured()) {
+      layer_json["energy_floor_ms"] = energy_floor_ms(ceil, layer_bytes, layer_flops);
+      layer_json["energy_floor_fraction"] = energy_floor_ms(ceil, layer_bytes, layer_flops) / lt.median_ms;
+    }
     return json{{"tokens", T},
                 {"routing", routing},
                 {"tokens_per_expert", mean_rows},
                 {"active_experts", active},
                 {"max_rows_over_mean", double(*std::max_element(counts.begin(), counts.end())) / mean_rows},
                 {"sensors", sensors_json(st_time.sensors)},
-                {"layer", {{"time", timing_json(lt.median_ms, lt.min_ms, lt.max_ms)},
-                           {"burst_time", timing_json(st_time.burst.median_ms, st_time.burst.min_ms, st_time.burst.max_ms)},
-                           {"bytes", layer_bytes},
-                           {"flops", layer_flops},
-                           {"floor_ms", layer_floor_ms},
-                           {"floor_fraction", layer_floor_ms / lt.median_ms},
-                           {"burst_floor_ms", burst_floor_ms},
-                           {"burst_floor_fraction", burst_floor_ms / st_time.burst.median_ms},
-                           {"tb_per_s", layer_bytes / (lt.median_ms * 1e-3) / 1e12},
-                           {"tflop_per_s", layer_flops / (lt.median_ms * 1e-3) / 1e12},
-                           {"non_gemm_fraction", total_ms > 0 ? 1.0 - gemm_ms / total_ms : 0.0}}},
+                {"layer", layer_json},
                 {"gemms", gemms},
                 {"stages", stj},
                 {"plan", layer.describe(T)},
@@ -262,7 +269,7 @@ std::string layer_bench_table(const json& r) {
     return g.contains(key) ? fmt::format("{:.2f}x", g[key].get<double>()) : std::string("n/a");
   };
   auto table = [&](const json& cases) {
-  os << "\n| T | tokens/expert | max/mean rows | layer ms | % of floor | after idle ms (% of floor) | SM MHz, W | GEMM1 ms (% floor, vs cuBLAS, vs torch) | GEMM2 ms (% floor, vs cuBLAS, vs torch) | non-GEMM share | vs PyTorch layer |\n";
+  os << "\n| T | tokens/expert | max/mean rows | layer ms | % of floor (of energy floor) | after idle ms (% of floor) | SM MHz, W | GEMM1 ms (% floor, vs cuBLAS, vs torch) | GEMM2 ms (% floor, vs cuBLAS, vs torch) | non-GEMM share | vs PyTorch layer |\n";
   os << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const json& c : cases) {
     const json& l = c.at("layer");
@@ -273,9 +280,11 @@ std::string layer_bench_table(const json& r) {
                                                   c["sensors"]["power_w_median"].get<double>())
                                     : "n/a";
     const std::string skew = c.contains("max_rows_over_mean") ? fmt::format("{:.1f}", c["max_rows_over_mean"].get<double>()) : "";
-    os << fmt::format("| {} | {:.2f} | {} | {:.4f} | {:.0f}% | {} | {} |", c["tokens"].get<int64_t>(),
-                      c["tokens_per_expert"].get<double>(), skew, l["time"]["median_ms"].get<double>(),
-                      100 * l["floor_fraction"].get<double>(), burst, sensors);
+    std::string floor = fmt::format("{:.0f}%", 100 * l["floor_fraction"].get<double>());
+    if (l.contains("energy_floor_fraction")) floor += fmt::format(" ({:.0f}%)", 100 * l["energy_floor_fraction"].get<double>());
+    os << fmt::format("| {} | {:.2f} | {} | {:.4f} | {} | {} | {} |", c["tokens"].get<int64_t>(),
+                      c["tokens_per_expert"].get<double>(), skew, l["time"]["median_ms"].get<double>(), floor, burst,
+                      sensors);
     for (const json& g : c.at("gemms")) {
       if (!g.contains("time")) {
         os << " n/a |";

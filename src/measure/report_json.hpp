@@ -16,6 +16,22 @@ inline nlohmann::json sensors_json(const SensorSummary& s) {
           {"power_w_max", s.power_w_max}};
 }
 
+// The energy model and the loops it was fitted on.
+inline nlohmann::json energy_json(const EnergyModel& m) {
+  nlohmann::json loops = nlohmann::json::array();
+  for (const EnergySample& e : m.samples)
+    loops.push_back({{"what", e.what}, {"seconds", e.seconds}, {"joules", e.joules}, {"watts", e.watts()},
+                     {"bytes", e.bytes}, {"flops", e.flops}});
+  if (!m.measured()) return {{"measured", false}, {"why_not", m.why_not}, {"loops", loops}};
+  return {{"measured", true},
+          {"power_cap_w", m.power_cap_w},
+          {"static_w", m.static_w},
+          {"pj_per_byte", m.joules_per_byte * 1e12},
+          {"pj_per_bf16_flop", m.joules_per_bf16_flop * 1e12},
+          {"fit_rms_w", m.fit_rms_w},
+          {"loops", loops}};
+}
+
 // Steady-state ceilings (the headline's floor) with their sensors, and the start-of-run ones (the burst's floor).
 inline nlohmann::json ceilings_json(const Ceilings& c) {
   return {{"copy_tb_per_s", c.copy_tb_per_s},
@@ -24,7 +40,8 @@ inline nlohmann::json ceilings_json(const Ceilings& c) {
           {"bf16_tflop_per_s_burst", c.bf16_tflop_per_s_burst},
           {"copy_sensors", sensors_json(c.copy_sensors)},
           {"gemm_sensors", sensors_json(c.gemm_sensors)},
-          {"warm_seconds", c.warm_seconds}};
+          {"warm_seconds", c.warm_seconds},
+          {"energy", energy_json(c.energy)}};
 }
 
 }  // namespace fp4moe

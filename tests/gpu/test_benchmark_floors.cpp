@@ -34,6 +34,24 @@ TEST(BenchmarkFloors, EachStateHasItsOwnCeilings) {
   EXPECT_GT(floor_ms(c, 1e9, 1.4e12), floor_ms(c, 1e9, 1.4e12, true));
 }
 
+// At the cap a launch needs its energy over the power above static: the
+// energy floor is that or the roofline floor, whichever is longer.
+TEST(BenchmarkFloors, TheEnergyFloorBindsWhereTheCapDoes) {
+  Ceilings c = sample_ceilings();
+  EXPECT_DOUBLE_EQ(energy_floor_ms(c, 4e9, 1e12), floor_ms(c, 4e9, 1e12)) << "no energy model: the roofline floor";
+  c.energy.why_not.clear();
+  c.energy.power_cap_w = 700, c.energy.static_w = 120;
+  c.energy.joules_per_byte = 115e-12, c.energy.joules_per_bf16_flop = 0.6e-12;
+  // bytes alone: 0.46 J at 580 W is 0.79 ms, under the 1 ms of 4 GB at 4 TB/s
+  EXPECT_DOUBLE_EQ(energy_floor_ms(c, 4e9, 0), 1.0);
+  // with 1 TFLOP: 1.06 J at 580 W is 1.83 ms, over the roofline's 1.43 ms
+  EXPECT_NEAR(energy_floor_ms(c, 4e9, 1e12), (4e9 * 115e-12 + 1e12 * 0.6e-12) / 580 * 1e3, 1e-12);
+  EXPECT_GT(energy_floor_ms(c, 4e9, 1e12), floor_ms(c, 4e9, 1e12));
+  c.energy.why_not = "no NVML";
+  EXPECT_DOUBLE_EQ(energy_floor_ms(c, 4e9, 1e12), floor_ms(c, 4e9, 1e12));
+  EXPECT_FALSE(energy_json(c.energy)["measured"].get<bool>());
+}
+
 TEST(BenchmarkFloors, ABadWarmUpIsNamedBeforeAnyWork) {
   try {
     measure_ceilings(-1.0);
@@ -62,6 +80,10 @@ TEST(BenchmarkFloors, TheReportCarriesBothCeilingsAndTheTableShowsThem) {
             std::string::npos)
       << table;
   EXPECT_NE(table.find("| 2.0000 | 50% | 1.5000 (61%) |"), std::string::npos) << table;
+  nlohmann::json with_energy = report;
+  with_energy["cases"][0]["layer"]["energy_floor_fraction"] = 0.8;
+  const std::string energy_table = layer_bench_table(with_energy);
+  EXPECT_NE(energy_table.find("| 2.0000 | 50% (80%) | 1.5000 (61%) |"), std::string::npos) << energy_table;
 }
 
 }  // namespace
