@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/cuda_check.hpp"
+#include "fp4moe/error.hpp"
 #include "measure/dense_gemm.hpp"
 #include "measure/gpu_sensors.hpp"
 #include "runtime/device_buffer.hpp"
@@ -48,6 +49,8 @@ EnergySample run_loop(const GpuEnergyCounter& counter, Launch&& launch, cudaStre
 }  // namespace
 
 EnergyModel measure_energy_model(double seconds_per_loop) {
+  FP4MOE_CHECK(seconds_per_loop > 0 && std::isfinite(seconds_per_loop),
+               "energy model: seconds_per_loop = " << seconds_per_loop << " must be positive and finite");
   EnergyModel m;
   int dev = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
