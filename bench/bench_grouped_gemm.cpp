@@ -229,8 +229,10 @@ int main(int argc, char** argv) {
                ceil.copy_tb_per_s, ceil.bf16_tflop_per_s, ceil.gemm_sensors.sm_clock_mhz_median,
                ceil.gemm_sensors.power_w_median, ceil.copy_tb_per_s_burst, ceil.bf16_tflop_per_s_burst);
     if (ceil.energy.measured())
-      fmt::print("energy model: {:.0f} pJ/byte, {:.3f} pJ/bf16 FLOP, static {:.0f} W, cap {:.0f} W (fit rms {:.1f} W)\n",
-                 ceil.energy.joules_per_byte * 1e12, ceil.energy.joules_per_bf16_flop * 1e12, ceil.energy.static_w,
+      fmt::print("energy model: {:.0f} pJ/byte, {:.3f} pJ/bf16 FLOP, {:.3f} pJ/FP8 FLOP, static {:.0f} W, cap {:.0f} W "
+                 "(fit rms {:.1f} W)\n",
+                 ceil.energy.joules_per_byte * 1e12, ceil.energy.joules_per_bf16_flop * 1e12,
+                 ceil.energy.joules_per_fp8_flop * 1e12, ceil.energy.static_w,
                  ceil.energy.power_cap_w, ceil.energy.fit_rms_w);
     else
       fmt::print("energy model: not measured ({})\n", ceil.energy.why_not);

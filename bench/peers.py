@@ -1,203 +1,253 @@
 #!/usr/bin/env python3
-"""Peers measured in the same run, on the same routing, for fp4moe's benchmarks:
-torch._grouped_mm on bf16 weights for each expert GEMM, and a PyTorch bf16 MoE
-layer (permute, grouped_mm, SiLU * up, weighted index_add, dense shared expert).
-Benchmark tool only: PyTorch is never part of fp4moe.
+"""The peer engines, measured in the same run as fp4moe, on the same inputs.
 
-  --layer-in F : the JSON of `fp4moe bench` (adds torch_ms / speedup_vs_torch to
-                 each GEMM and to the layer), written to --out.
-  --in F       : the JSON of bench_grouped_gemm (one GEMM per case); prints a table.
+  --layer-in F : `fp4moe bench`'s JSON; with --inputs (the weights, hidden states
+                 and logits that run used, src/measure/peer_inputs.hpp) every
+                 engine variant's GEMM1, GEMM2 and layer are checked against the
+                 exact reference, then timed; results go into the JSON (--out).
+  --in F       : bench_grouped_gemm's JSON (one GEMM per case); prints a table.
+
+Engines (--engines): torch (bf16 weights, torch._grouped_mm), humming
+(humming-kernels, W4A16 and W4A8), triton_kernels (OpenAI's matmul_ogs, as vLLM
+runs gpt-oss). Humming and triton_kernels come from scripts/fetch-peers.sh
+(--peers-dir). An engine that is missing, fails or gets a wrong answer is
+reported with the reason, never dropped. Benchmark tool only: nothing here is
+part of fp4moe (docs/benchmarks.md "Peers").
 """
 import argparse
+import importlib
 import json
+import os
 import sys
 import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from peer_engines import base  # noqa: E402
+from peer_engines.tables import gemm_table  # noqa: E402
+
+ENGINES = {"torch": "torch_bf16", "humming": "humming", "triton_kernels": "openai_triton_kernels"}
+STEPS = ("gemm1", "gemm2", "layer")
+# Back-to-back replays before each peer step is timed: the GPU has been busy
+# since the run began (fp4moe's cases, then the peers), so a short settle
+# reaches the same steady clocks and power as fp4moe's longer per-case warm-up.
+PEER_WARM_SECONDS = 0.5
 
 
-def timed(torch, fn, reps, graph=False, warm_seconds=0.0):
-    """Median ms per call. graph=True replays fn captured in a CUDA graph, as
-    fp4moe's GEMMs are timed (no host launch cost); falls back to eager calls
-    where fn cannot be captured (data-dependent shapes). warm_seconds: calls
-    back to back for that long first (the steady state at the power cap, as
-    fp4moe's benchmarks time their headline)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    run = fn
-    if graph:
+def first_line(ex):
+    text = str(ex).strip().splitlines()
+    return f"{type(ex).__name__}: {text[0] if text else ''}"[:200]
+
+
+def parse_engines(text):
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in ENGINES]
+    if bad or not names:
+        raise SystemExit(f"peers.py: --engines {text!r}: {', '.join(map(repr, bad)) or 'empty'}; "
+                         f"choose from {', '.join(ENGINES)}")
+    return names
+
+
+def add_peer_paths(peers_dir):
+    """Where scripts/fetch-peers.sh left the engines: triton_kernels as a
+    package directory, Humming installed under site/ from its wheel."""
+    for p in (os.path.join(peers_dir, "site"), peers_dir):
+        if os.path.isdir(p) and p not in sys.path:
+            sys.path.insert(0, p)
+
+
+def load_engines(names):
+    """[(name, module or None, why not)]"""
+    out = []
+    for n in names:
         try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                fn()
-            torch.cuda.current_stream().wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
-            run = g.replay
-            run()
-            torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001 - any capture failure: time eagerly, say so
-            print(f"peers: CUDA graph capture failed ({exc}); timing eagerly", file=sys.stderr)
-            run = fn
-    start = time.monotonic()
-    while time.monotonic() - start < warm_seconds:
-        for _ in range(16):
-            run()
+            out.append((n, importlib.import_module("peer_engines." + ENGINES[n]), None))
+        except Exception as ex:  # noqa: BLE001 - an adapter that cannot load is reported
+            out.append((n, None, first_line(ex)))
+    return out
+
+
+def prepare_variants(torch, engines, problem, dequantized):
+    """Every variant of every engine: table entries, and the prepared peers."""
+    from peer_engines.reference import TOLERANCE
+    entries, prepared = [], []
+    for name, mod, why in engines:
+        if mod is None:
+            entries.append({"variant": name, "engine": name, "status": "unavailable", "reason": why})
+            continue
+        try:
+            ver = mod.version()
+            variants = mod.variants(problem)
+        except base.PeerUnavailable as ex:
+            entries.append({"variant": name, "engine": name, "status": "unavailable", "reason": str(ex)})
+            continue
+        for v in variants:
+            e = {"variant": v.name, "engine": name, "version": ver, "activations": v.activations,
+                 "tolerance": TOLERANCE[v.activations]}
+            entries.append(e)
+            if v.unsupported:
+                e.update(status="unsupported", reason=v.unsupported)
+                continue
+            try:
+                t0 = time.perf_counter()
+                kw = {"dequantized": dequantized} if getattr(mod, "WANTS_DEQUANTIZED", False) else {}
+                peer = mod.make(problem, v, **kw)
+                torch.cuda.synchronize()
+                e.update(status="ok", prepare_seconds=time.perf_counter() - t0, jit_seconds=0.0)
+                prepared.append((e, peer))
+            except Exception as ex:  # noqa: BLE001
+                traceback.print_exc()
+                e.update(status="failed", reason=first_line(ex))
+    return entries, prepared
+
+
+def measure_step(torch, peer, step, case, ref, entry, reps, warm):
+    """Check one step's output against the reference, then time it."""
+    from peer_engines.reference import rel_error
+    from peer_engines.timing import timed
+    try:
+        st = getattr(peer, step)(case)
+    except NotImplementedError:
+        return {"status": "n/a", "reason": f"no separate {step}"}
+    except Exception as ex:  # noqa: BLE001
+        traceback.print_exc()
+        return {"status": "failed", "reason": first_line(ex)}
+    r = {"kind": st.kind, "note": st.note}
+    try:
+        t0 = time.perf_counter()
+        out = st.run()
         torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        run()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    ts.sort()
-    return ts[len(ts) // 2]
+        entry["jit_seconds"] = entry.get("jit_seconds", 0.0) + time.perf_counter() - t0
+        want = ref.of(st.kind)
+        if want is None:
+            return {**r, "status": "failed", "reason": f"no reference for {st.kind}"}
+        err = rel_error(torch, st.to_reference(out), want)
+        r["rel_error"] = err
+        if not err <= entry["tolerance"]:
+            return {**r, "status": "wrong", "reason": f"relative error {err:.2e} > {entry['tolerance']:.0e}"}
+        del out
+        r["ms"], r["graph"] = timed(torch, st.run, reps, graph=True, warm_seconds=warm)
+        r["status"] = "ok"
+    except Exception as ex:  # noqa: BLE001
+        traceback.print_exc()
+        r.update(status="failed", reason=first_line(ex))
+    return r
 
 
-def grouped_mm_ms(torch, w, counts, k, reps, rotation=None, warm_seconds=0.0):
-    """torch._grouped_mm per launch; with `rotation` (a list of count vectors,
-    bench_grouped_gemm --rotate) one launch per routing, back to back in one graph."""
-    dev = w.device
-    routings = rotation or [counts]
-    offs = [torch.cumsum(torch.tensor(c, dtype=torch.int32), 0).to(torch.int32).to(dev) for c in routings]
-    x = torch.randn(int(sum(routings[0])), k, device=dev, dtype=torch.bfloat16)
-    wt = w.transpose(-2, -1)
-
-    def run():
-        for o in offs:
-            torch._grouped_mm(x, wt, offs=o)
-
-    return timed(torch, run, reps, graph=True, warm_seconds=warm_seconds) / len(routings)
+def dequantize(torch, problem):
+    from peer_engines.reference import DequantizedProjection as D
+    dq = {"w13": D(torch, problem.w13, problem.format), "w2": D(torch, problem.w2, problem.format)}
+    if problem.shared13 is not None:
+        dq["shared13"] = D(torch, problem.shared13, problem.format)
+        dq["shared2"] = D(torch, problem.shared2, problem.format)
+    return dq
 
 
-def torch_moe_layer(torch, w13, w2, ws13, ws2, x, ids, wts):
-    """The PyTorch bf16 MoE layer: permute, grouped_mm, SiLU * up, weighted
-    index_add, dense shared expert (ws13/ws2, or None). w13 [E, 2I, H] (gate;
-    up), w2 [E, H, I]; ids int64 [T, k], wts fp32 [T, k]."""
-    T, H = x.shape
-    E, two_i, _ = w13.shape
-    I, k = two_i // 2, ids.shape[1]
-    flat = ids.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    offs = torch.cumsum(torch.bincount(flat, minlength=E), 0).to(torch.int32)
-    tok = order // k
-    y1 = torch._grouped_mm(x[tok], w13.transpose(-2, -1), offs=offs)
-    a2 = torch.nn.functional.silu(y1[:, :I]) * y1[:, I:]
-    y2 = torch._grouped_mm(a2, w2.transpose(-2, -1), offs=offs)
-    out = torch.zeros(T, H, device=x.device, dtype=torch.float32)
-    out.index_add_(0, tok, y2.float() * wts.reshape(-1)[order, None])
-    if ws13 is not None:
-        Is = ws13.shape[0] // 2
-        s1 = x @ ws13.t()
-        out += ((torch.nn.functional.silu(s1[:, :Is]) * s1[:, Is:]) @ ws2.t()).float()
-    return out.to(torch.bfloat16)
+def run_cases(torch, problem, dq, prepared, cases, steps, reps, warm, log):
+    """cases: [(report case dict, base.Case)]; fills case["peers"]."""
+    from peer_engines.reference import CaseReference
+    shared = (dq["shared13"], dq["shared2"]) if "shared13" in dq else None
+    for c, case in cases:
+        ref = CaseReference(torch, problem, dq["w13"], dq["w2"], shared, case)
+        c["routing_mismatch_tokens"] = ref.routing_mismatch_tokens
+        c["peers"] = {}
+        for e, peer in prepared:
+            c["peers"][e["variant"]] = {s: measure_step(torch, peer, s, case, ref, e, reps, warm) for s in steps(c)}
+            log(c, e["variant"], c["peers"][e["variant"]])
+        del ref
+        torch.cuda.empty_cache()
 
 
-def layer_peers(torch, rep, reps):
-    """The torch peers of `fp4moe bench`'s cases, at the steady state the run timed fp4moe at."""
-    warm = rep.get("timing", {}).get("warm_seconds", 0.0)
-    dev = torch.device("cuda")
-    H, I, E, k, Is = rep["hidden"], rep["intermediate"], rep["experts"], rep["top_k"], rep["shared_intermediate"]
-    g = torch.Generator(device=dev).manual_seed(3)
-    w13 = torch.randn(E, 2 * I, H, device=dev, dtype=torch.bfloat16, generator=g) * 0.02
-    w2 = torch.randn(E, H, I, device=dev, dtype=torch.bfloat16, generator=g) * 0.02
-    ws13 = torch.randn(2 * Is, H, device=dev, dtype=torch.bfloat16, generator=g) * 0.02 if Is else None
-    ws2 = torch.randn(H, Is, device=dev, dtype=torch.bfloat16, generator=g) * 0.02 if Is else None
-
-    def layer(x, ids, wts):
-        return torch_moe_layer(torch, w13, w2, ws13, ws2, x, ids, wts)
-
-    for c in rep["cases"]:
-        T = c["tokens"]
-        try:
-            for gm, w in zip(c["gemms"], (w13, w2)):
-                if "time" not in gm:
-                    continue
-                gm["torch_ms"] = grouped_mm_ms(torch, w, gm["counts"], gm["k"], reps, warm_seconds=warm)
-                gm["speedup_vs_torch"] = gm["torch_ms"] / gm["time"]["median_ms"]
-            x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
-            ids = torch.tensor(c["topk_ids"], dtype=torch.int64, device=dev).reshape(T, k)
-            wts = torch.tensor(c["topk_weights"], dtype=torch.float32, device=dev).reshape(T, k)
-            c["layer"]["torch_ms"] = timed(torch, lambda: layer(x, ids, wts), reps, warm_seconds=warm)
-            c["layer"]["speedup_vs_torch"] = c["layer"]["torch_ms"] / c["layer"]["time"]["median_ms"]
-        except Exception as ex:  # report, never hide
-            c["torch_error"] = str(ex).splitlines()[0]
-            print(f"peers.py: torch failed at T={T}: {c['torch_error']}")
-    rep["torch_version"] = torch.__version__
+def log_line(c, variant, res):
+    cells = [f"{s} {r['ms']:.4f} ms" if r.get("status") == "ok" else f"{s} {r.get('status')}: {r.get('reason', '')}"
+             for s, r in res.items()]
+    print(f"peers.py: T={c['tokens']} {variant}: " + "; ".join(cells), flush=True)
 
 
-def gemm_peers(torch, rep, reps):
-    """torch._grouped_mm for bench_grouped_gemm's cases, at the steady state the run timed fp4moe at."""
-    warm = rep.get("warm_seconds", 0.0)
-    dev = torch.device("cuda")
-    E = rep["experts"]
-    weights = {}
-    for c in rep["cases"]:
-        key = (c["n"], c["k"])
-        if key not in weights:
-            weights.clear()
-            torch.cuda.empty_cache()
-            g = torch.Generator(device=dev).manual_seed(7)
-            weights[key] = torch.randn(E, c["n"], c["k"], device=dev, dtype=torch.bfloat16, generator=g) * 0.02
-        try:
-            c["torch_grouped_mm_ms"] = grouped_mm_ms(torch, weights[key], c["counts"], c["k"], reps,
-                                                     c.get("counts_rotation"), warm_seconds=warm)
-            c["speedup_vs_torch"] = c["torch_grouped_mm_ms"] / c["median_ms"]
-        except Exception as ex:
-            c["torch_error"] = str(ex).splitlines()[0]
-            print(f"peers.py: torch._grouped_mm failed for {c['gemm']} T={c['tokens']}: {c['torch_error']}")
-    rep["torch_version"] = torch.__version__
+def layer_peers(torch, rep, inputs, engines, reps):
+    from peer_engines.problem_io import layer_case, load_problem
+    problem, tensors = load_problem(rep, inputs)
+    dq = dequantize(torch, problem)
+    entries, prepared = prepare_variants(torch, engines, problem, dq)
+    rep["peer_engines"] = entries
+    cases = [(c, layer_case(torch, c, tensors, problem)) for c in rep["cases"]]
+    run_cases(torch, problem, dq, prepared, cases, lambda c: STEPS, reps, PEER_WARM_SECONDS, log_line)
+    rep["peer_timing"] = (f"each step checked, then CUDA-graph replays: {PEER_WARM_SECONDS:g} s back to back, "
+                          f"then the median of {reps}")
 
 
-def gemm_table(rep):
-    ce = rep["ceilings"]
-    beside = [c["bf16_tflop_per_s_adjacent"] for c in rep["cases"] if "bf16_tflop_per_s_adjacent" in c]
-    beside = f", {min(beside):.0f}..{max(beside):.0f} beside the cases" if beside else ""
-    start = (f" (at the start: {ce['copy_tb_per_s_burst']:.2f} TB/s, {ce['bf16_tflop_per_s_burst']:.0f} TFLOP/s)"
-             if "copy_tb_per_s_burst" in ce else "")
-    lines = [f"GPU: {rep['device']}; ceilings this run at steady state: copy {ce['copy_tb_per_s']:.2f} TB/s, "
-             f"cuBLAS bf16 {ce['bf16_tflop_per_s']:.0f} TFLOP/s{start}{beside}",
-             "", "| GEMM | T | active experts | launches per graph | fp4moe ms | one launch per graph ms | TB/s | TFLOP/s | % of dense bf16 (steady-state ceiling / beside the case) | floor ms | % of floor | tile | vs cuBLAS bf16 | vs torch._grouped_mm | vs best all-warps tile |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in rep["cases"]:
-        act = c['active_experts']
-        act = f"{act:.0f}" if isinstance(act, (int, float)) else act
-        tv = f"{c['speedup_vs_torch']:.2f}x" if "speedup_vs_torch" in c else c.get("torch_error", "n/a")[:30]
-        adj = f"{100 * c['dense_fraction_adjacent']:.0f}%" if "dense_fraction_adjacent" in c else "n/a"
-        lines.append(f"| {c['gemm']} N={c['n']} K={c['k']} | {c['tokens']} | {act} | {c.get('routings', 1)} | {c['median_ms']:.4f} | {c.get('single_launch_ms', c['median_ms']):.4f} "
-                     f"| {c['tb_per_s']:.2f} | {c['tflop_per_s']:.0f} | {100 * c.get('dense_fraction', 0):.0f}% / {adj} | {c['floor_ms']:.4f} | {100 * c['floor_fraction']:.0f}% "
-                     f"| {c['best_tile']} | {c['speedup_vs_cublas']:.2f}x | {tv} | {c.get('speedup_vs_all_warps', c.get('speedup_vs_mma_sync', 0)):.2f}x |")
-    return "\n".join(lines)
+def gemm_peers(torch, rep, engines, reps):
+    """bench_grouped_gemm's cases (GLM-5's GEMMs, NVFP4): each engine's GEMM on
+    the case's per-expert row counts."""
+    from peer_engines.problem_io import counts_case, gemm_problem
+    g1 = next(c for c in rep["cases"] if c["gemm"].startswith("gemm1"))
+    g2 = next((c for c in rep["cases"] if c["gemm"] == "gemm2"), None)
+    hidden, inter = g1["k"], g1["n"] // 2
+    if g2 is not None and (g2["n"], g2["k"]) != (hidden, inter):
+        raise SystemExit(f"peers.py: GEMM2 is N={g2['n']} K={g2['k']}, not GEMM1's transpose ({hidden}, {inter})")
+    top_k = rep.get("top_k", 8)
+    problem = gemm_problem(torch, rep.get("model", "glm5"), rep.get("format", "nvfp4"), rep["experts"], top_k,
+                           hidden, inter)
+    dq = dequantize(torch, problem)
+    entries, prepared = prepare_variants(torch, engines, problem, dq)
+    rep["peer_engines"] = entries
+    cases = [(c, counts_case(torch, problem, c["counts"])) for c in rep["cases"]]
+    run_cases(torch, problem, dq, prepared, cases, lambda c: ("gemm1",) if c["gemm"].startswith("gemm1") else ("gemm2",),
+              reps, PEER_WARM_SECONDS, log_line)
+    rep["peer_weights"] = "random FP4 weights of fp4moe's distribution (fp4moe's own are drawn in its prepared layout)"
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--in", dest="inp", help="bench_grouped_gemm JSON")
     ap.add_argument("--layer-in", help="fp4moe bench JSON")
+    ap.add_argument("--inputs", help="the inputs file fp4moe bench wrote (with --layer-in)")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--table", default=None)
+    ap.add_argument("--table", default=None, help="also write the GEMM table here (with --in)")
     ap.add_argument("--reps", type=int, default=20)
-    a = ap.parse_args()
+    ap.add_argument("--engines", default="torch,humming,triton_kernels")
+    ap.add_argument("--peers-dir", default=os.environ.get("FP4MOE_PEERS_DIR", ".whl/peers"),
+                    help="where scripts/fetch-peers.sh left Humming and triton_kernels")
+    a = ap.parse_args(argv)
     if bool(a.inp) == bool(a.layer_in):
-        sys.exit("peers.py: give exactly one of --in and --layer-in")
-    rep = json.load(open(a.layer_in or a.inp))
+        ap.error("give exactly one of --in and --layer-in")
+    if a.layer_in and not a.inputs:
+        ap.error("--layer-in needs --inputs (the file fp4moe bench wrote)")
+    if a.reps < 3:
+        ap.error(f"--reps {a.reps}: at least 3")
+    names = parse_engines(a.engines)
+    path = a.layer_in or a.inp
+    try:
+        with open(path) as f:
+            rep = json.load(f)
+        rep["cases"]
+    except (OSError, ValueError, KeyError, TypeError) as ex:
+        ap.error(f"{path} is not a benchmark report ({first_line(ex)})")
+    if a.inputs and not os.path.isfile(a.inputs):
+        ap.error(f"--inputs {a.inputs} does not exist")
+    add_peer_paths(a.peers_dir)
     try:
         import torch
         if not torch.cuda.is_available():
             raise ImportError("no CUDA device for PyTorch")
     except ImportError as ex:
         torch = None
-        print(f"peers.py: PyTorch peer skipped ({ex})")
+        rep["peer_engines"] = [{"variant": n, "engine": n, "status": "unavailable",
+                                "reason": f"no PyTorch with CUDA ({ex})"} for n in names]
+        print(f"peers.py: no peer engine can run ({ex})")
     if torch is not None:
-        (layer_peers if a.layer_in else gemm_peers)(torch, rep, a.reps)
-    json.dump(rep, open(a.out, "w"), indent=None if a.layer_in else 1)
+        if a.layer_in:
+            layer_peers(torch, rep, a.inputs, load_engines(names), a.reps)
+        else:
+            gemm_peers(torch, rep, load_engines(names), a.reps)
+    with open(a.out, "w") as f:
+        json.dump(rep, f, indent=None if a.layer_in else 1)
     if a.inp:
         table = gemm_table(rep)
         if a.table:
-            open(a.table, "w").write(table + "\n")
+            with open(a.table, "w") as f:
+                f.write(table + "\n")
         print(table)
 
 

@@ -1,6 +1,6 @@
 """The MoE layer through Python, with its peers in the same run: fp4moe through
 torch.ops.fp4moe (router logits in, the layer's own router), the PyTorch bf16
-layer (bench/peers.py's torch_moe_layer) on the same routing, and
+layer (bench/peer_engines/torch_bf16.py: routing, permute, grouped_mm, SwiGLU, weighted sum) on the same logits, and
 torch._grouped_mm for each expert GEMM; the ceilings (device copy bandwidth,
 bf16 matmul rate) measured by PyTorch at the start of the run and at steady
 state. Each figure is the steady state (after --warm-seconds of back-to-back
@@ -20,7 +20,14 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import fp4moe  # noqa: E402
 import fp4moe.torch as ft  # noqa: E402
-from peers import grouped_mm_ms, timed, torch_moe_layer  # noqa: E402
+from peer_engines import torch_bf16  # noqa: E402
+from peer_engines.base import Case, MoeProblem, Projection  # noqa: E402
+from peer_engines.reference import DequantizedProjection  # noqa: E402
+from peer_engines.timing import timed as timed_graph  # noqa: E402
+
+
+def timed(torch_, fn, reps, graph=False, warm_seconds=0.0):
+    return timed_graph(torch_, fn, reps, graph=graph, warm_seconds=warm_seconds)[0]
 
 
 def random_fp4(E, n, k, g):
@@ -28,18 +35,6 @@ def random_fp4(E, n, k, g):
     # e4m3 bytes with exponent field 6..8 (scales 0.5 to 3.75): realistic, never zero
     scales = (torch.randint(6 * 8, 9 * 8, (E, n, k // 16), dtype=torch.uint8, device="cuda", generator=g))
     return codes, scales.view(torch.float8_e4m3fn)
-
-
-def dequantize_bf16(codes, scales, scale_2):
-    """bf16 weights [E, n, k] for the peers (the same values, up to bf16 rounding of the global scale)."""
-    lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], device="cuda")
-    E, n, kh = codes.shape
-    out = torch.empty(E, n, kh * 2, dtype=torch.bfloat16, device="cuda")
-    for e in range(E):  # one expert at a time: the fp32 intermediate stays small
-        v = torch.stack([lut[(codes[e] & 15).long()], lut[(codes[e] >> 4).long()]], -1).reshape(n, kh * 2)
-        s = scales[e].float().repeat_interleave(16, dim=1) * scale_2[e].reshape(-1)[0]
-        out[e] = (v * s).to(torch.bfloat16)
-    return out
 
 
 def sensors():
@@ -97,10 +92,18 @@ def main():
                                          e_score_correction_bias=bias, max_tokens=max(tokens), finalize="split")
     lid = ft.register(layer)
     ceil = ceilings(a.warm_seconds)
-    # the peers' bf16 weights: the same values
-    pw13, pw2 = dequantize_bf16(w13, s13, g13[:, :1]), dequantize_bf16(w2, s2, g2)
-    pws13 = dequantize_bf16(shared[0], shared[1], shared[2][:, :1])[0] if Is else None
-    pws2 = dequantize_bf16(shared[3], shared[4], shared[5])[0] if Is else None
+    # the torch peer (bench/peer_engines/torch_bf16.py) on the same weights, dequantized once
+    u8 = lambda t: t.view(torch.uint8)  # noqa: E731
+    problem = MoeProblem(
+        model=a.model, format="nvfp4", hidden=H, intermediate=I, experts=E, top_k=k,
+        w13=Projection(w13, u8(s13), g13), w2=Projection(w2, u8(s2), g2),
+        shared13=Projection(shared[0], u8(shared[1]), shared[2]) if Is else None,
+        shared2=Projection(shared[3], u8(shared[4]), shared[5]) if Is else None,
+        scoring=cfg["scoring"], renormalize=cfg["renormalize"], n_group=cfg["n_group"], topk_group=cfg["topk_group"],
+        correction_bias=bias, routed_scaling_factor=cfg["routed_scaling_factor"])
+    dq = {n: DequantizedProjection(torch, getattr(problem, n), "nvfp4") for n in ("w13", "w2", "shared13", "shared2")
+          if getattr(problem, n) is not None}
+    peer = torch_bf16.make(problem, torch_bf16.variants(problem)[0], dequantized=dq)
     fp4_bytes_per_expert = (2 * I * H + H * I) * (0.5 + 1 / 16)
     rows = []
     for T in tokens:
@@ -113,30 +116,30 @@ def main():
         fp4_sensors = sensors()
         ids, wts = layer.topk(T)
         active = int(torch.unique(ids).numel())
-        torch_ms = timed(torch, lambda: torch_moe_layer(torch, pw13, pw2, pws13, pws2, x, ids.long(), wts), a.reps,
-                         warm_seconds=w)
-        counts = torch.bincount(ids.reshape(-1).long(), minlength=E).tolist()
-        g1_ms = grouped_mm_ms(torch, pw13, counts, H, a.reps, warm_seconds=w)
-        g2_ms = grouped_mm_ms(torch, pw2, counts, I, a.reps, warm_seconds=w)
+        case = Case(tokens=T, x=x, logits=logits, topk_ids=ids.to(torch.int32), topk_weights=wts,
+                    a2=torch.randn(T * k, I, device="cuda", generator=g).to(torch.bfloat16))
+        torch_ms = timed(torch, peer.layer(case).run, a.reps, graph=True, warm_seconds=w)
+        g1_ms = timed(torch, peer.gemm1(case).run, a.reps, graph=True, warm_seconds=w)
+        g2_ms = timed(torch, peer.gemm2(case).run, a.reps, graph=True, warm_seconds=w)
         nbytes = active * fp4_bytes_per_expert + (3 * Is * H * (0.5 + 1 / 16) if Is else 0) + 2 * 2 * T * H
         flops = 2 * T * (k * 3 * I * H + 3 * Is * H)
         floor_ms = max(nbytes / (ceil["copy_tb_per_s"] * 1e9), flops / (ceil["bf16_tflop_per_s"] * 1e9))
         rows.append({"tokens": T, "active_experts": active, "fp4moe_ms": fp4_ms, "floor_ms": floor_ms,
                      "floor_fraction": floor_ms / fp4_ms, "sensors": fp4_sensors, "torch_layer_ms": torch_ms,
-                     "speedup_vs_torch_layer": torch_ms / fp4_ms, "torch_grouped_mm_gemm1_ms": g1_ms,
-                     "torch_grouped_mm_gemm2_ms": g2_ms})
+                     "speedup_vs_torch_layer": torch_ms / fp4_ms, "torch_gemm1_ms": g1_ms,
+                     "torch_gemm2_ms": g2_ms})
     print(f"{torch.cuda.get_device_name()}: {a.model} through torch.ops.fp4moe; ceilings this run at steady state: copy "
           f"{ceil['copy_tb_per_s']:.2f} TB/s, bf16 matmul {ceil['bf16_tflop_per_s']:.0f} TFLOP/s (at the start: "
           f"{ceil['copy_tb_per_s_burst']:.2f}, {ceil['bf16_tflop_per_s_burst']:.0f}); each time the median of {a.reps} "
           f"after {a.warm_seconds:g} s back to back (fp4moe: CUDA-graph replays)")
     print("\n| T | active experts | fp4moe layer ms | % of floor | SM MHz, W after it | PyTorch bf16 layer ms | vs PyTorch layer | "
-          "torch._grouped_mm GEMM1 + GEMM2 ms |")
+          "torch GEMM1 (gather + grouped_mm) + GEMM2 ms |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         sens = f"{r['sensors']['sm_clock_mhz']:.0f}, {r['sensors']['power_w']:.0f}" if r["sensors"] else "n/a"
         print(f"| {r['tokens']} | {r['active_experts']} | {r['fp4moe_ms']:.4f} | {100 * r['floor_fraction']:.0f}% | {sens} | "
               f"{r['torch_layer_ms']:.4f} | {r['speedup_vs_torch_layer']:.2f}x | "
-              f"{r['torch_grouped_mm_gemm1_ms'] + r['torch_grouped_mm_gemm2_ms']:.4f} |")
+              f"{r['torch_gemm1_ms'] + r['torch_gemm2_ms']:.4f} |")
     if a.out:
         pathlib.Path(a.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "model": a.model,
                                                    "ceilings": ceil, "rows": rows}, indent=1))

@@ -4,7 +4,8 @@
 #   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|layer|gpt-oss|host|parallel|modelopt|sanitize|all]
 #   (bench: GEMM tiles at decode and prefill sizes and the K loop's wgmma rate; decode, prefill: those sizes only;
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
-#    gpt-oss: fp4moe bench --model gpt-oss-120b (untuned; GPT_OSS_TOKENS to choose T);
+#    gpt-oss: fp4moe bench --model gpt-oss-120b (untuned; GPT_OSS_TOKENS to choose T; GLM5_TOKENS for layer);
+#    both beside the peer engines of bench/peers.py (scripts/fetch-peers.sh puts them in .whl/peers);
 #    host: the router kernels by token count (bench_route) and a forward's host time (bench_host_overhead);
 #    python: the Python package's torch tests and its op overhead, from a wheel in WHEELS (default .whl:
 #    fp4moe-*.whl and apache_tvm_ffi-*.whl, installed under /tmp/site);
@@ -29,6 +30,13 @@ for pkg in cublas nccl; do
   export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$(python3 -c "import nvidia.$pkg, os; print(os.path.join(list(nvidia.$pkg.__path__)[0], 'lib'))" 2>/dev/null)
 done
 summary=()
+# The peer engines (scripts/fetch-peers.sh leaves them in .whl/peers): triton_kernels
+# as a package directory, Humming's wheel installed beside it at first use
+export FP4MOE_PEERS_DIR=${FP4MOE_PEERS_DIR:-$PWD/.whl/peers}
+for wheel in "$FP4MOE_PEERS_DIR"/humming_kernels-*.whl; do
+  [ -f "$wheel" ] && [ ! -d "$FP4MOE_PEERS_DIR/site/humming" ] &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$FP4MOE_PEERS_DIR/site" "$wheel" > "$OUT/peers_install.log" 2>&1
+done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 # SM clock, power and temperature every 250 ms while this runs: a timing that
 # moves between runs can be read against them (summary at the end)
@@ -124,7 +132,8 @@ if [ "$WHAT" = layer ] || [ "$WHAT" = all ]; then
   export FP4MOE_CACHE="$OUT/tune.json"
   "$BIN/fp4moe" tune --model glm5 > "$OUT/tune.log" 2>&1
   summary+=("fp4moe tune: rc=$?, $(tail -1 "$OUT/tune.log")")
-  "$BIN/fp4moe" bench --model glm5 --out "$OUT/bench" --peers-script bench/peers.py > "$OUT/bench_layer.log" 2>&1
+  "$BIN/fp4moe" bench --model glm5 --out "$OUT/bench" --peers-script bench/peers.py ${GLM5_TOKENS:+--tokens $GLM5_TOKENS} \
+    > "$OUT/bench_layer.log" 2>&1
   summary+=("fp4moe bench: rc=$?")
   rm -f "$OUT/bench_layer.log.tmp"
 fi
@@ -190,6 +199,7 @@ if [ -f "$OUT/bench_wgmma_rate.txt" ]; then cat "$OUT/bench_wgmma_rate.txt"; fi
 for f in bench_route bench_host_overhead python_op_overhead python_layer; do [ -f "$OUT/$f.txt" ] && cat "$OUT/$f.txt"; done
 if [ -f "$OUT/tune.log" ]; then tail -32 "$OUT/tune.log"; fi
 if [ -f "$OUT/bench/bench.md" ]; then cat "$OUT/bench/bench.md"; fi
+if [ -f "$OUT/bench_gpt_oss/bench.md" ]; then cat "$OUT/bench_gpt_oss/bench.md"; fi
 for f in "$OUT"/parallel_*.log; do [ -f "$f" ] && { echo; echo "$(basename "$f" .log):"; grep -E '^(\||fp4moe --)' "$f"; }; done
 if [ "${PACK:-0}" = 1 ]; then
   tar czf /tmp/gpu-run.tar.gz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/gpu-run.tar.gz "$OUT/gpu-run.tar.gz"

@@ -1,7 +1,10 @@
 // fp4moe bench: the ceilings of this run, then the layer and each GEMM per token
-// count against the roofline floor and the peers (cuBLAS bf16 inside the binary,
-// torch._grouped_mm through bench/peers.py when PyTorch is present); JSON, CSV,
-// a Markdown table and an SVG chart. Without a GPU: the planner and the CPU reference.
+// count against the roofline floor and the peers (cuBLAS bf16 inside the binary;
+// the engines of bench/peers.py, on this run's weights, hidden states and logits,
+// when their Python packages are present); JSON, CSV, a Markdown table and an
+// SVG chart. Without a GPU: the planner and the CPU reference.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -46,6 +49,8 @@ struct BenchOptions {
   int64_t feature_granule = 0;
   bool no_split_k = false;
   bool no_peers = false;
+  std::string peers = "torch,humming,triton_kernels";
+  std::string peers_dir;  // where scripts/fetch-peers.sh left the peer engines (bench/peers.py's default)
   std::string render;  // re-render the outputs of an earlier run's bench.json
   int64_t experts = 0;       // the model with this many experts (0: its own)
   int64_t intermediate = 0;  // ... and this expert width (0: its own), the shared expert's in proportion
@@ -190,23 +195,31 @@ void run_bench(const BenchOptions& o) {
                                                                                           : FinalizeMode::automatic;
   bo.layer.split_k = !o.no_split_k;
   bo.layer.tune_cache = o.cache;
+  const std::string script = o.no_peers ? "" : find_peers_script(o.peers_script);
+  // The run's inputs for the peers: weights of a full-size model are gigabytes,
+  // so beside the temporary files, not in --out, and removed after.
+  const fs::path inputs = fs::temp_directory_path() / fmt::format("fp4moe-peer-inputs-{}.safetensors", ::getpid());
+  if (!script.empty()) bo.peer_inputs = inputs.string();
   Progress bar("bench");
   json report = run_layer_benchmark(cfg, w, bo, [&](int d, int n, const std::string& what) { bar.update(d, n, what); });
   const fs::path json_path = fs::path(o.out) / "bench.json";
   write_file(json_path, report.dump() + "\n");
-  const std::string script = o.no_peers ? "" : find_peers_script(o.peers_script);
   if (!script.empty()) {
-    const std::string cmd = "python3 " + script + " --layer-in " + json_path.string() + " --out " + json_path.string();
+    std::string cmd = "python3 " + script + " --layer-in " + json_path.string() + " --inputs " + inputs.string() +
+                      " --engines " + o.peers + " --out " + json_path.string();
+    if (!o.peers_dir.empty()) cmd += " --peers-dir " + o.peers_dir;
     fmt::print("peers: {}\n", cmd);
     const int rc = std::system(cmd.c_str());
+    std::error_code ec;
+    fs::remove(inputs, ec);
     if (rc == 0) {
       std::ifstream f(json_path);
       report = json::parse(f);
     } else {
-      fmt::print("peers: bench/peers.py exited with {}; the table has no PyTorch column\n", rc);
+      fmt::print("peers: bench/peers.py exited with {}; the tables have no peer engines\n", rc);
     }
   } else if (!o.no_peers) {
-    fmt::print("peers: bench/peers.py not found (--peers-script or FP4MOE_PEERS): no PyTorch peer\n");
+    fmt::print("peers: bench/peers.py not found (--peers-script or FP4MOE_PEERS): no peer engines\n");
   }
   write_outputs(report, o.out);
 }
@@ -230,7 +243,21 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "fused", "split"}))
       ->capture_default_str();
   cmd->add_flag("--no-split-k", o.no_split_k, "Never split a GEMM's K loop across CTAs");
-  cmd->add_flag("--no-peers", o.no_peers, "Skip the PyTorch peer");
+  cmd->add_flag("--no-peers", o.no_peers, "Skip the peer engines of bench/peers.py");
+  cmd->add_option("--peers", o.peers, "Peer engines, comma separated: torch, humming, triton_kernels")
+      ->check([](const std::string& v) {
+        std::string bad;
+        size_t start = 0;
+        while (start <= v.size()) {
+          const size_t end = std::min(v.find(',', start), v.size());
+          const std::string e = v.substr(start, end - start);
+          if (e != "torch" && e != "humming" && e != "triton_kernels") bad += (bad.empty() ? "" : ", ") + ("'" + e + "'");
+          start = end + 1;
+        }
+        return bad.empty() ? std::string() : "--peers: " + bad + " is not one of torch, humming, triton_kernels";
+      })
+      ->capture_default_str();
+  cmd->add_option("--peers-dir", o.peers_dir, "Where scripts/fetch-peers.sh put the peer engines (default .whl/peers)");
   cmd->add_option("--render", o.render, "Only re-render CSV, Markdown and SVG from an earlier bench.json");
   cmd->add_option("--warm-seconds", o.warm_seconds, "Back-to-back replays before each case's timed ones (steady state)")
       ->check(CLI::Range(0.0, 60.0))

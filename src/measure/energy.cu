@@ -6,6 +6,7 @@
 
 #include "common/cuda_check.hpp"
 #include "fp4moe/error.hpp"
+#include "measure/dense_fp8_gemm.hpp"
 #include "measure/dense_gemm.hpp"
 #include "measure/gpu_sensors.hpp"
 #include "runtime/device_buffer.hpp"
@@ -95,6 +96,15 @@ EnergyModel measure_energy_model(double seconds_per_loop) {
                                   "cuBLAS bf16 8192^3");
   m.samples.push_back(g);
   m.joules_per_bf16_flop = (g.joules - m.static_w * g.seconds - m.joules_per_byte * g.bytes) / g.flops;
+  try {
+    const DenseFp8Gemm fp8(8192, stream.s);
+    const EnergySample f = run_loop(counter, [&] { fp8.run(); }, stream.s, seconds_per_loop, fp8.bytes(), fp8.flops(),
+                                    "cuBLASLt e4m3 8192^3");
+    m.samples.push_back(f);
+    m.joules_per_fp8_flop = (f.joules - m.static_w * f.seconds - m.joules_per_byte * f.bytes) / f.flops;
+  } catch (const Error& e) {  // the bf16 model stands without it; the report says why
+    m.fp8_why_not = e.what();
+  }
   m.why_not.clear();
   if (!(m.power_cap_w > m.static_w) || !(m.joules_per_byte > 0) || !(m.joules_per_bf16_flop > 0))
     m.why_not = "the fit is not physical (cap " + std::to_string(m.power_cap_w) + " W, static " +
@@ -103,9 +113,10 @@ EnergyModel measure_energy_model(double seconds_per_loop) {
   return m;
 }
 
-double energy_bound_ms(const EnergyModel& m, double bytes, double flops) {
+double energy_bound_ms(const EnergyModel& m, double bytes, double flops, double fp8_flops) {
   if (!m.measured()) return 0;
-  return (bytes * m.joules_per_byte + flops * m.joules_per_bf16_flop) / (m.power_cap_w - m.static_w) * 1e3;
+  return (bytes * m.joules_per_byte + flops * m.joules_per_bf16_flop + fp8_flops * m.joules_per_fp8_flop) /
+         (m.power_cap_w - m.static_w) * 1e3;
 }
 
 }  // namespace fp4moe

@@ -21,18 +21,20 @@ struct EnergyModel {
   double static_w = 0;      // the copy loops' power at zero bytes per second (the fit's intercept)
   double joules_per_byte = 0;       // HBM bytes read or written (the fit's slope)
   double joules_per_bf16_flop = 0;  // cuBLAS bf16 GEMM, above static and its bytes
+  double joules_per_fp8_flop = 0;   // cuBLASLt e4m3 GEMM, the same way (0 where it could not run)
+  std::string fp8_why_not;          // why joules_per_fp8_flop is 0
   double fit_rms_w = 0;     // the copy loops' residual about the line
   std::vector<EnergySample> samples;
   bool measured() const { return why_not.empty(); }
 };
 
-// Copy loops at several rates (fewer CTAs, fewer bytes per second) and one
-// dense bf16 GEMM loop, each `seconds_per_loop` back to back on the current
+// Copy loops at several rates (fewer CTAs, fewer bytes per second), one
+// dense bf16 and one dense FP8 GEMM loop, each `seconds_per_loop` back to back on the current
 // device, read with NVML's energy counter.
 EnergyModel measure_energy_model(double seconds_per_loop = 1.0);
 
-// The time, ms, that the energy of `bytes` and `flops` takes at the cap; 0
-// when the model was not measured.
-double energy_bound_ms(const EnergyModel& m, double bytes, double flops);
+// The time, ms, that the energy of `bytes`, bf16 `flops` and `fp8_flops`
+// takes at the cap; 0 when the model was not measured.
+double energy_bound_ms(const EnergyModel& m, double bytes, double flops, double fp8_flops = 0);
 
 }  // namespace fp4moe

@@ -15,6 +15,7 @@
 #include "runtime/captured_graph.hpp"
 #include "measure/cublas_peer.hpp"
 #include "common/cuda_check.hpp"
+#include "measure/peer_inputs.hpp"
 #include "runtime/device_buffer.hpp"
 #include "measure/report_json.hpp"
 #include "measure/steady_timing.hpp"
@@ -159,6 +160,20 @@ struct LayerCases {
   }
 };
 
+// The routing rule and activation, for engines that route and activate on their own (bench/peers.py).
+json routing_rule_json(const MoeConfig& cfg) {
+  return {{"scoring", cfg.scoring == Scoring::sigmoid ? "sigmoid" : "softmax"},
+          {"renormalize", cfg.renormalize},
+          {"n_group", cfg.n_group},
+          {"topk_group", cfg.topk_group},
+          {"use_correction_bias", cfg.use_correction_bias},
+          {"routed_scaling_factor", cfg.routed_scaling_factor},
+          {"activation", cfg.activation == Activation::clamped_swiglu ? "clamped_swiglu" : "swiglu"},
+          {"swiglu_limit", cfg.swiglu_limit},
+          {"swiglu_alpha", cfg.swiglu_alpha},
+          {"expert_bias", cfg.expert_bias}};
+}
+
 }  // namespace
 
 json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const LayerBenchOptions& o,
@@ -199,13 +214,22 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
                          fp4_bytes_per_weight(weights.experts.at(0).gate.format)};
   json cases = json::array();
   json skewed = json::array();
+  PeerInputs peer_inputs;
   for (int64_t T : o.tokens) {
     // The layer's router on Gaussian logits (what a random router gives on random hidden states).
-    cases.push_back(bench.measure(T, gaussian_logits(T, cfg.num_experts, 100 + uint64_t(T)), "random"));
+    std::vector<float> logits = gaussian_logits(T, cfg.num_experts, 100 + uint64_t(T));
+    cases.push_back(bench.measure(T, logits, "random"));
+    if (!o.peer_inputs.empty()) peer_inputs.logits[T] = std::move(logits);
     if (progress) progress(++done, total, "T=" + std::to_string(T));
     if (!o.skewed) continue;
     skewed.push_back(bench.measure(T, zipf_logits(T, cfg.num_experts, 200 + uint64_t(T)), "zipf"));
     if (progress) progress(++done, total, "T=" + std::to_string(T) + " skewed");
+  }
+  if (!o.peer_inputs.empty()) {
+    peer_inputs.x_rows = lo.max_tokens;
+    peer_inputs.x.resize(x.size());
+    FP4MOE_CUDA_CHECK(cudaMemcpy(peer_inputs.x.data(), x.get(), x.size() * 2, cudaMemcpyDeviceToHost));
+    write_peer_inputs(o.peer_inputs, cfg, weights, peer_inputs);
   }
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
   return {{"device", devs[0].name},
@@ -219,6 +243,8 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
           {"experts", cfg.num_experts},
           {"top_k", cfg.top_k},
           {"shared_intermediate", Is},
+          {"format", weights.experts.at(0).gate.format == Fp4Format::mxfp4 ? "mxfp4" : "nvfp4"},
+          {"routing_rule", routing_rule_json(cfg)},
           {"finalize", layer.finalize_mode() == FinalizeMode::split ? "split" : "fused"},
           {"split_k", lo.split_k},
           {"ceilings", ceilings_json(ceil)},
@@ -230,23 +256,101 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
           {"skewed_cases", skewed}};
 }
 
+namespace {
+
+// The peer engines' results that bench/peers.py adds (docs/benchmarks.md "Peers"):
+// report["peer_engines"] lists every variant with its status; case["peers"][variant][step]
+// holds {ms, rel_error, status, reason}.
+std::vector<std::string> peer_variants(const json& r) {
+  std::vector<std::string> v;
+  if (r.contains("peer_engines"))
+    for (const json& e : r["peer_engines"]) v.push_back(e.at("variant").get<std::string>());
+  return v;
+}
+
+const json* peer_step(const json& c, const std::string& variant, const char* step) {
+  if (!c.contains("peers") || !c["peers"].contains(variant) || !c["peers"][variant].contains(step)) return nullptr;
+  return &c["peers"][variant][step];
+}
+
+double step_ms(const json& c, const char* step) {
+  return std::string(step) == "layer" ? c.at("layer").at("time").at("median_ms").get<double>()
+                                      : c.at("gemms").at(std::string(step) == "gemm1" ? 0 : 1).value(
+                                            "time", json{{"median_ms", 0.0}})["median_ms"].get<double>();
+}
+
+// "0.0412 (1.31x)": the peer's time and fp4moe's speedup over it; or why there is none.
+std::string peer_cell(const json& r, const json& c, const std::string& variant, const char* step) {
+  const json* p = peer_step(c, variant, step);
+  if (!p) {  // a variant that never ran says why in its column: unsupported, unavailable, failed
+    for (const json& e : r["peer_engines"])
+      if (e.at("variant") == variant && e.value("status", "") != "ok") return e.value("status", std::string("n/a"));
+    return "n/a";
+  }
+  if (p->value("status", "") != "ok") {
+    std::string why = p->value("status", std::string("failed")) + ": " + p->value("reason", "");
+    for (char& ch : why)
+      if (ch == '|' || ch == '\n') ch = '/';
+    return why.size() > 60 ? why.substr(0, 57) + "..." : why;
+  }
+  const double ms = p->at("ms").get<double>(), ours = step_ms(c, step);
+  return ours > 0 ? fmt::format("{:.4f} ({:.2f}x)", ms, ms / ours) : fmt::format("{:.4f}", ms);
+}
+
+}  // namespace
+
 std::string layer_bench_csv(const json& r) {
   std::ostringstream os;
   os << "tokens,tokens_per_expert,kernel,median_ms,min_ms,max_ms,bytes,flops,tb_per_s,tflop_per_s,floor_fraction,"
-        "cublas_bf16_ms,torch_ms\n";
+        "cublas_bf16_ms\n";
+  const std::vector<std::string> variants = peer_variants(r);
   for (const json& c : r.at("cases")) {
     const json& l = c.at("layer");
     os << c["tokens"] << "," << c["tokens_per_expert"] << ",layer," << l["time"]["median_ms"] << ","
        << l["time"]["min_ms"] << "," << l["time"]["max_ms"] << "," << l["bytes"] << "," << l["flops"] << ","
-       << l["tb_per_s"] << "," << l["tflop_per_s"] << "," << l["floor_fraction"] << ",,"
-       << (l.contains("torch_ms") ? l["torch_ms"].dump() : "") << "\n";
+       << l["tb_per_s"] << "," << l["tflop_per_s"] << "," << l["floor_fraction"] << ",\n";
     for (const json& g : c.at("gemms")) {
       if (!g.contains("time")) continue;
       os << c["tokens"] << "," << c["tokens_per_expert"] << "," << g["name"].get<std::string>() << ","
          << g["time"]["median_ms"] << "," << g["time"]["min_ms"] << "," << g["time"]["max_ms"] << "," << g["bytes"]
          << "," << g["flops"] << "," << g["tb_per_s"] << "," << g["tflop_per_s"] << "," << g["floor_fraction"] << ","
-         << (g.contains("cublas_bf16_ms") ? g["cublas_bf16_ms"].dump() : "") << ","
-         << (g.contains("torch_ms") ? g["torch_ms"].dump() : "") << "\n";
+         << (g.contains("cublas_bf16_ms") ? g["cublas_bf16_ms"].dump() : "") << "\n";
+    }
+    // the peers' rows: kernel "<variant>/<step>", their median only
+    for (const std::string& v : variants)
+      for (const char* step : {"layer", "gemm1", "gemm2"})
+        if (const json* p = peer_step(c, v, step); p && p->value("status", "") == "ok")
+          os << c["tokens"] << "," << c["tokens_per_expert"] << "," << v << "/" << step << "," << (*p)["ms"]
+             << ",,,,,,,,\n";
+  }
+  return os.str();
+}
+
+std::string layer_bench_peer_table(const json& r) {
+  const std::vector<std::string> variants = peer_variants(r);
+  if (variants.empty()) return "";
+  std::ostringstream os;
+  os << "\nPeer engines on the same weights, hidden states and routing (bench/peers.py; each output checked "
+        "against the exact reference before it is timed; ms, and fp4moe's speedup over the peer):\n";
+  for (const json& e : r["peer_engines"]) {
+    os << fmt::format("- {}: {}", e["variant"].get<std::string>(), e.value("version", std::string("?")));
+    if (e.value("status", "") != "ok") os << fmt::format(", {}: {}", e.value("status", std::string()), e.value("reason", std::string()));
+    if (e.contains("tolerance")) os << fmt::format(", tolerance {:.0e}", e["tolerance"].get<double>());
+    if (e.contains("jit_seconds")) os << fmt::format(", first calls (JIT) {:.1f} s, not timed", e["jit_seconds"].get<double>());
+    os << "\n";
+  }
+  for (const char* step : {"layer", "gemm1", "gemm2"}) {
+    os << "\n| " << step << ": T | fp4moe ms |";
+    for (const std::string& v : variants) os << " " << v << " |";
+    os << "\n|---|---|" << [&] {
+      std::string d;
+      for (size_t i = 0; i < variants.size(); ++i) d += "---|";
+      return d;
+    }() << "\n";
+    for (const json& c : r.at("cases")) {
+      os << fmt::format("| {} | {:.4f} |", c["tokens"].get<int64_t>(), step_ms(c, step));
+      for (const std::string& v : variants) os << " " << peer_cell(r, c, v, step) << " |";
+      os << "\n";
     }
   }
   return os.str();
@@ -262,6 +366,14 @@ std::string layer_bench_table(const json& r) {
     os << fmt::format(" (at the start: {:.2f} TB/s, {:.0f} TFLOP/s)", ce["copy_tb_per_s_burst"].get<double>(),
                       ce["bf16_tflop_per_s_burst"].get<double>());
   os << "\n";
+  if (ce.contains("energy") && ce["energy"].value("measured", false)) {
+    const json& en = ce["energy"];
+    os << fmt::format("Energy model this run: {:.0f} pJ/byte, {:.2f} pJ/bf16 FLOP, {} pJ/FP8 FLOP, static {:.0f} W, cap {:.0f} W\n",
+                      en["pj_per_byte"].get<double>(), en["pj_per_bf16_flop"].get<double>(),
+                      en.value("pj_per_fp8_flop", 0.0) > 0 ? fmt::format("{:.2f}", en["pj_per_fp8_flop"].get<double>())
+                                                           : "n/a (" + en.value("fp8_why_not", std::string()) + ")",
+                      en["static_w"].get<double>(), en["power_cap_w"].get<double>());
+  }
   if (r.contains("timing"))
     os << fmt::format("Times at steady state ({:g} s of back-to-back replays before each case); the after-idle burst beside.\n",
                       r["timing"]["warm_seconds"].get<double>());
@@ -269,8 +381,8 @@ std::string layer_bench_table(const json& r) {
     return g.contains(key) ? fmt::format("{:.2f}x", g[key].get<double>()) : std::string("n/a");
   };
   auto table = [&](const json& cases) {
-  os << "\n| T | tokens/expert | max/mean rows | layer ms | % of floor (of energy floor) | after idle ms (% of floor) | SM MHz, W | GEMM1 ms (% floor, vs cuBLAS, vs torch) | GEMM2 ms (% floor, vs cuBLAS, vs torch) | non-GEMM share | vs PyTorch layer |\n";
-  os << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  os << "\n| T | tokens/expert | max/mean rows | layer ms | % of floor (of energy floor) | after idle ms (% of floor) | SM MHz, W | GEMM1 ms (% floor, vs cuBLAS bf16) | GEMM2 ms (% floor, vs cuBLAS bf16) | non-GEMM share |\n";
+  os << "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const json& c : cases) {
     const json& l = c.at("layer");
     std::string burst = l.contains("burst_time") ? fmt::format("{:.4f}", l["burst_time"]["median_ms"].get<double>()) : "";
@@ -290,10 +402,10 @@ std::string layer_bench_table(const json& r) {
         os << " n/a |";
         continue;
       }
-      os << fmt::format(" {:.4f} ({:.0f}%, {}, {}) |", g["time"]["median_ms"].get<double>(),
-                        100 * g["floor_fraction"].get<double>(), vs(g, "speedup_vs_cublas"), vs(g, "speedup_vs_torch"));
+      os << fmt::format(" {:.4f} ({:.0f}%, {}) |", g["time"]["median_ms"].get<double>(),
+                        100 * g["floor_fraction"].get<double>(), vs(g, "speedup_vs_cublas"));
     }
-    os << fmt::format(" {:.1f}% | {} |\n", 100 * l["non_gemm_fraction"].get<double>(), vs(l, "speedup_vs_torch"));
+    os << fmt::format(" {:.1f}% |\n", 100 * l["non_gemm_fraction"].get<double>());
   }
   };
   os << "\nRouting: the layer's router on Gaussian logits\n";
@@ -302,6 +414,7 @@ std::string layer_bench_table(const json& r) {
     os << "\nRouting skewed: expert popularity Zipf (exponent 1)\n";
     table(r["skewed_cases"]);
   }
+  os << layer_bench_peer_table(r);
   return os.str();
 }
 
@@ -313,22 +426,25 @@ std::string layer_bench_svg(const json& r) {
     std::vector<std::pair<double, double>> pts;
   };
   std::vector<Series> left = {{"layer", "#1f77b4", {}}, {"GEMM1", "#ff7f0e", {}}, {"GEMM2", "#2ca02c", {}}};
-  std::vector<Series> right = {{"layer vs PyTorch bf16", "#1f77b4", {}}, {"GEMM1 vs cuBLAS bf16", "#ff7f0e", {}},
-                               {"GEMM2 vs cuBLAS bf16", "#2ca02c", {}}, {"GEMM1 vs torch._grouped_mm", "#d62728", {}},
-                               {"GEMM2 vs torch._grouped_mm", "#9467bd", {}}};
+  std::vector<Series> right = {{"GEMM1 vs cuBLAS bf16", "#ff7f0e", {}}, {"GEMM2 vs cuBLAS bf16", "#2ca02c", {}}};
+  const std::vector<std::string> variants = peer_variants(r);
+  static const char* kPeerColors[] = {"#1f77b4", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"};
+  for (size_t i = 0; i < variants.size(); ++i)
+    right.push_back({"layer vs " + variants[i], kPeerColors[i % 7], {}});
   double xmin = 1e30, xmax = -1e30, ymax_r = 1.0;
   for (const json& c : r.at("cases")) {
     const double x = std::log2(std::max(1e-3, c["tokens_per_expert"].get<double>()));
     xmin = std::min(xmin, x), xmax = std::max(xmax, x);
     const json& l = c["layer"];
     left[0].pts.emplace_back(x, l["floor_fraction"].get<double>());
-    if (l.contains("speedup_vs_torch")) right[0].pts.emplace_back(x, l["speedup_vs_torch"].get<double>());
     for (size_t gi = 0; gi < c["gemms"].size() && gi < 2; ++gi) {
       const json& g = c["gemms"][gi];
       if (g.contains("floor_fraction")) left[1 + gi].pts.emplace_back(x, g["floor_fraction"].get<double>());
-      if (g.contains("speedup_vs_cublas")) right[1 + gi].pts.emplace_back(x, g["speedup_vs_cublas"].get<double>());
-      if (g.contains("speedup_vs_torch")) right[3 + gi].pts.emplace_back(x, g["speedup_vs_torch"].get<double>());
+      if (g.contains("speedup_vs_cublas")) right[gi].pts.emplace_back(x, g["speedup_vs_cublas"].get<double>());
     }
+    for (size_t i = 0; i < variants.size(); ++i)
+      if (const json* p = peer_step(c, variants[i], "layer"); p && p->value("status", "") == "ok")
+        right[2 + i].pts.emplace_back(x, (*p)["ms"].get<double>() / l["time"]["median_ms"].get<double>());
   }
   for (const auto& s : right)
     for (const auto& p : s.pts) ymax_r = std::max(ymax_r, p.second);

@@ -1,7 +1,8 @@
 // The layer benchmark behind `fp4moe bench` (docs/benchmarks.md): ceilings of
 // this run, then per token count the layer and each GEMM (median, min, max),
 // bytes, FLOPs and the roofline floor, and the cuBLAS bf16 per-expert peer on
-// the same routing. The PyTorch peers are added by bench/peers.py.
+// the same routing. The peer engines (PyTorch, Humming, triton_kernels) are added
+// by bench/peers.py on the inputs the run writes (measure/peer_inputs.hpp).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,6 +25,9 @@ struct LayerBenchOptions {
   double warm_seconds = 2.0;
   bool skewed = true;  // each case also under Zipf-skewed routing (skewed_cases)
   bool cublas_peer = true;
+  // Where to write the run's inputs for the peer engines (measure/peer_inputs.hpp);
+  // empty: not written.
+  std::string peer_inputs;
   LayerOptions layer;
 };
 
@@ -37,5 +41,7 @@ nlohmann::json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weigh
 std::string layer_bench_csv(const nlohmann::json& report);
 std::string layer_bench_svg(const nlohmann::json& report);
 std::string layer_bench_table(const nlohmann::json& report);
+// fp4moe beside each peer engine variant, per step (layer, GEMM1, GEMM2); empty without peers.
+std::string layer_bench_peer_table(const nlohmann::json& report);
 
 }  // namespace fp4moe

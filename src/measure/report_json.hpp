@@ -28,6 +28,8 @@ inline nlohmann::json energy_json(const EnergyModel& m) {
           {"static_w", m.static_w},
           {"pj_per_byte", m.joules_per_byte * 1e12},
           {"pj_per_bf16_flop", m.joules_per_bf16_flop * 1e12},
+          {"pj_per_fp8_flop", m.joules_per_fp8_flop * 1e12},
+          {"fp8_why_not", m.fp8_why_not},
           {"fit_rms_w", m.fit_rms_w},
           {"loops", loops}};
 }
