@@ -102,10 +102,18 @@ def prepare_variants(torch, engines, problem, dequantized):
     return entries, prepared
 
 
+# FP4MOE_PEERS_BUDGET_S: seconds the peers may take in all (a GPU-machine call
+# has a hard limit); steps past it are reported as skipped, with the reason.
+BUDGET_S = float(os.environ.get("FP4MOE_PEERS_BUDGET_S", "inf"))
+STARTED = time.monotonic()
+
+
 def measure_step(torch, peer, step, case, ref, entry, reps, warm):
     """Check one step's output against the reference, then time it."""
     from peer_engines.reference import rel_error
     from peer_engines.timing import timed
+    if time.monotonic() - STARTED > BUDGET_S:
+        return {"status": "skipped", "reason": f"the peers' time budget of {BUDGET_S:g} s was spent"}
     try:
         st = getattr(peer, step)(case)
     except NotImplementedError:

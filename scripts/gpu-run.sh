@@ -6,6 +6,7 @@
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
 #    gpt-oss: fp4moe bench --model gpt-oss-120b (untuned; GPT_OSS_TOKENS to choose T; GLM5_TOKENS for layer);
 #    both beside the peer engines of bench/peers.py (scripts/fetch-peers.sh puts them in .whl/peers);
+#    LAYER_CACHE=tune.json: bench with that cache instead of tuning first; BENCH_ARGS: more fp4moe bench flags;
 #    host: the router kernels by token count (bench_route) and a forward's host time (bench_host_overhead);
 #    python: the Python package's torch tests and its op overhead, from a wheel in WHEELS (default .whl:
 #    fp4moe-*.whl and apache_tvm_ffi-*.whl, installed under /tmp/site);
@@ -130,17 +131,24 @@ fi
 if [ "$WHAT" = layer ] || [ "$WHAT" = all ]; then
   # the autotuner, then the whole-layer benchmark with the tuned tiles
   export FP4MOE_CACHE="$OUT/tune.json"
-  "$BIN/fp4moe" tune --model glm5 > "$OUT/tune.log" 2>&1
-  summary+=("fp4moe tune: rc=$?, $(tail -1 "$OUT/tune.log")")
+  if [ -n "${LAYER_CACHE:-}" ]; then  # an earlier tune run's cache on this GPU model instead of tuning now
+    cp "$LAYER_CACHE" "$FP4MOE_CACHE"
+    summary+=("fp4moe tune: not run; the tune cache $LAYER_CACHE")
+  else
+    "$BIN/fp4moe" tune --model glm5 > "$OUT/tune.log" 2>&1
+    summary+=("fp4moe tune: rc=$?, $(tail -1 "$OUT/tune.log")")
+  fi
+  # shellcheck disable=SC2086
   "$BIN/fp4moe" bench --model glm5 --out "$OUT/bench" --peers-script bench/peers.py ${GLM5_TOKENS:+--tokens $GLM5_TOKENS} \
-    > "$OUT/bench_layer.log" 2>&1
+    ${BENCH_ARGS:-} > "$OUT/bench_layer.log" 2>&1
   summary+=("fp4moe bench: rc=$?")
   rm -f "$OUT/bench_layer.log.tmp"
 fi
 if [ "$WHAT" = gpt-oss ] || [ "$WHAT" = all ]; then
   # gpt-oss-120b's layer (MXFP4, biases, the clamped SwiGLU, H = I = 2880 padded), untuned tiles
+  # shellcheck disable=SC2086
   "$BIN/fp4moe" bench --model gpt-oss-120b --out "$OUT/bench_gpt_oss" --peers-script bench/peers.py \
-    ${GPT_OSS_TOKENS:+--tokens $GPT_OSS_TOKENS} > "$OUT/bench_gpt_oss.log" 2>&1
+    ${GPT_OSS_TOKENS:+--tokens $GPT_OSS_TOKENS} ${BENCH_ARGS:-} > "$OUT/bench_gpt_oss.log" 2>&1
   summary+=("fp4moe bench --model gpt-oss-120b: rc=$?")
 fi
 if [ "$WHAT" = parallel ] || [ "$WHAT" = all ]; then

@@ -18,9 +18,11 @@ with FP8 activations rewrites the weights (see _weight_tensors).
 What is outside run(), once per weight set or per case: the conversion above,
 the tile choice (Humming's SM90 heuristics, humming/tune/sm90.py, through
 HummingMethod.get_default_tuning_configs, as vLLM calls them), the alignment's
-constants. Inside run(): routing (layer), the alignment (torch ops: Humming
-ships no kernel for it), the FP8 quantization of activations, the GEMMs, the
-activation, the weighted sum. Humming's kernels compile (NVRTC) at first use:
+constants; for the GEMM steps the routing's alignment too (it is the layer's,
+as fp4moe's routing and permutation are not in its GEMM steps). Inside run():
+the FP8 quantization of activations and the GEMM; for the layer also the
+routing, the alignment (torch ops: Humming ships no kernel for it), the
+activation and the weighted sum. Humming's kernels compile (NVRTC) at first use:
 the first run() of a step pays it.
 """
 import importlib.metadata
@@ -311,29 +313,31 @@ class HummingPeer(base.Peer):
         T, k = case.topk_ids.shape
         m = T * k
         tuning, block = self._tile("w13", m)
-        align = RoutingAlignment(m, self.problem.experts, block, case.x.device)
+        # The routing's alignment is the layer's, as fp4moe's routing and permutation
+        # are its layer's and not its GEMM steps'
+        aligned = RoutingAlignment(m, self.problem.experts, block, case.x.device)(case.topk_ids)
 
         def run():
             a, s = self._quant("w13", case.x)
-            return self._gemm("w13", a, s, tuning, m, k, align(case.topk_ids))
+            return self._gemm("w13", a, s, tuning, m, k, aligned)
 
         q = "x to FP8 + " if self.fp8 else ""
         return base.Step("gemm1", run, lambda y: y.float().view(T, k, -1),
-                         note=f"align (torch) + {q}GEMM1 gathering rows, + bias ({self.padding('w13')})")
+                         note=f"{q}GEMM1 gathering rows, + bias ({self.padding('w13')})")
 
     def gemm2(self, case):
         T, k = case.topk_ids.shape
         m = T * k
         tuning, block = self._tile("w2", m)
-        align = RoutingAlignment(m, self.problem.experts, block, case.x.device)
+        aligned = RoutingAlignment(m, self.problem.experts, block, case.x.device)(case.topk_ids)
 
         def run():
             a, s = self._quant("w2", case.a2)
-            return self._gemm("w2", a, s, tuning, m, 1, align(case.topk_ids))
+            return self._gemm("w2", a, s, tuning, m, 1, aligned)
 
         q = "a2 to FP8 + " if self.fp8 else ""
         return base.Step("gemm2", run, lambda y: y.float().view(T, k, -1),
-                         note=f"align (torch) + {q}GEMM2, + bias ({self.padding('w2')})")
+                         note=f"{q}GEMM2, + bias ({self.padding('w2')})")
 
     def layer(self, case):
         p = self.problem

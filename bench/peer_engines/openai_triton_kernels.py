@@ -176,17 +176,16 @@ class _Peer(base.Peer):
         T, k, inter = case.tokens, self.k, self.inter
         x = case.x.contiguous()
         logits, ids, weights = self._inputs(case)
+        # The routing data is the layer's (its routing step), as fp4moe's routing and
+        # permutation are not in its GEMM steps: made here, outside run()
+        rd, gather, _ = self._route_given(logits, ids, weights)
+        dst = gather.dst_indx.long()  # dst[t*k + j] = the expert-sorted row of token t's j-th choice
 
         def run():
-            rd, gather, _ = self._route_given(logits, ids, weights)
-            return self._gemm1(x, rd, gather), gather.dst_indx
+            return self._gemm1(x, rd, gather)
 
-        def to_reference(out):
-            y, dst = out  # dst[t*k + j] = the expert-sorted row of token t's j-th choice
-            return y.float()[dst.long()].view(T, k, inter)
-
-        return base.Step("gemm1_activated", run, to_reference,
-                         note="routing data from the ids (topk bitmatrix + sort) + gather + GEMM + SwiGLU")
+        return base.Step("gemm1_activated", run, lambda y: y.float()[dst].view(T, k, inter),
+                         note="gather + GEMM + bias + SwiGLU")
 
     def gemm2(self, case):
         if case.a2 is None:

@@ -102,7 +102,7 @@ class TorchPeer(base.Peer):
             out = torch.zeros(T, p.hidden, device=y.device, dtype=torch.float32)
             out.index_add_(0, order // k, y.float() * w.reshape(-1)[order, None])
             if self.shared is not None:
-                (s13, b13), (s2, b2) = self.shared
+                s13, s2 = self.shared
                 out += (self._activate(case.x @ s13.t()) @ s2.t()).float()
             return out.to(torch.bfloat16)
 
