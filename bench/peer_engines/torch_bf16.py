@@ -28,7 +28,7 @@ class TorchPeer(base.Peer):
         self.w13, self.w2, self.shared = (self._fold(dequantized["w13"]), self._fold(dequantized["w2"]),
                                           None)
         if dequantized.get("shared13") is not None:
-            self.shared = (self._fold(dequantized["shared13"])[0], self._fold(dequantized["shared2"])[0])
+            self.shared = (self._fold(dequantized["shared13"])[0][0], self._fold(dequantized["shared2"])[0][0])
 
     def _fold(self, dq):
         return (dq.w.float() * dq.row_scale[..., None]).to(self.torch.bfloat16), dq.bias
