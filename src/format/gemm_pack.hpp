@@ -14,11 +14,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FP4MOE_HD __host__ __device__ __forceinline__
-#else
-#define FP4MOE_HD inline
-#endif
+#include "common/host_device.hpp"
 
 namespace fp4moe::pack {
 
