@@ -2,10 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <span>
 #include <random>
 #include <vector>
 
 #include "format/fp8_fold.hpp"
+#include "format/fp8_fragment.hpp"
+#include "format/prepare_gemm.hpp"
 #include "format/fp8_rows.hpp"
 #include "fp4moe/error.hpp"
 #include "fp4moe/format.hpp"
@@ -128,6 +132,57 @@ TEST(Fp8Fold, Nvfp4SplitIntoTwoE4m3IsExact) {
       with_lo += (sp.lo[i] & 0x7F) != 0;
     }
   EXPECT_GT(with_lo, 0);
+}
+
+TEST(Fp8Fragment, KPermutationIsABijectionOfEach16) {
+  for (int k = 0; k < 16; ++k) {
+    EXPECT_EQ(fp8_k_at(fp8_k_position(k)), k);
+    EXPECT_GE(fp8_k_position(k), 0);
+    EXPECT_LT(fp8_k_position(k), 16);
+  }
+}
+
+// Every byte of every FP8 A register made from the prepared words is the e4m3
+// of the weight the permuted activation at that position meets.
+TEST(Fp8Fragment, RegistersFromPreparedWordsMeetThePermutedActivations) {
+  const int64_t n = 32, k = 256;
+  const std::vector<float> x = gaussian(n * k, 6);
+  const Fp4Matrix m = quantize_mxfp4(x.data(), n, k);
+  const PreparedExpertWeights p = prepare_gemm_weights(std::span<const Fp4Matrix>(&m, 1));
+  const int shift = 3;
+  uint32_t lo = 0, hi = 0;
+  e4m3_fold_table(shift, lo, hi);
+  for (int64_t rg = 0; rg < n / 16; ++rg)
+    for (int64_t kk = 0; kk < k / 64; ++kk)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int t = 0; t < 4; ++t) {
+          uint32_t word;
+          std::memcpy(&word, p.weights.data() + ((rg * (k / 64) + kk) * 32 + lane) * 16 + 4 * t, 4);
+          const uint32_t regs[2] = {fp8_a_register<0>(word, lo, hi), fp8_a_register<1>(word, lo, hi)};
+          // the k32 step's registers 0/1 (t even) or 2/3 (t odd): hardware k = 4c + v (+16)
+          const int c = lane % 4;
+          for (int half = 0; half < 2; ++half)
+            for (int v = 0; v < 4; ++v) {
+              const int64_t row = rg * 16 + lane / 4 + 8 * half;
+              const int k_hw = 4 * c + v + 16 * (t % 2);                 // where the MMA reads it
+              const int64_t k32 = kk * 64 + 32 * (t / 2);
+              const int64_t col = k32 + 16 * (k_hw / 16) + fp8_k_at(k_hw % 16);  // the activation stored there
+              const uint8_t byte = uint8_t(regs[half] >> (8 * v));
+              ASSERT_EQ(byte, e2m1_to_e4m3(m.code(row, col), shift))
+                  << "row " << row << " col " << col << " lane " << lane << " word " << t << " byte " << v;
+            }
+        }
+}
+
+TEST(Fp8Rows, MmaOrderPermutesEach16) {
+  const std::vector<float> x = gaussian(2 * 64, 7);
+  const Fp8Rows q = quantize_rows_e4m3(x.data(), 2, 64, 0);
+  const std::vector<uint8_t> o = fp8_rows_in_mma_order(q);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t p = 0; p < 64; ++p)
+      EXPECT_EQ(o[size_t(r * 64 + p)], q.codes[size_t(r * 64 + p / 16 * 16 + fp8_k_at(int(p % 16)))]);
+  Fp8Rows odd = quantize_rows_e4m3(x.data(), 1, 40, 0);
+  EXPECT_NE(error_of([&] { (void)fp8_rows_in_mma_order(odd); }).find("40 columns"), std::string::npos);
 }
 
 TEST(Fp8Rows, PerRowAndPerGroupScales) {
