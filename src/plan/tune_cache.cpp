@@ -1,5 +1,6 @@
 #include "plan/tune_cache.hpp"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -29,17 +30,21 @@ TuneContext context_of(const json& j) {
   return c;
 }
 
-json read_file(const std::string& path) {
+// The file's JSON, or an empty object where there is none; `why` says what
+// is wrong with a file that is there but is no tune cache of this format
+// (unparseable, cut short, another schema): such a file is never trusted.
+json read_file(const std::string& path, std::string& why) {
   std::ifstream f(path);
   if (!f.good()) return json::object();
   try {
     json j = json::parse(f);
-    FP4MOE_CHECK(j.is_object() && j.value("format", 0) == kFileVersion && j.contains("sections") && j["sections"].is_array(),
-                 "tune cache " << path << " is not an fp4moe tune cache (format " << kFileVersion << ")");
-    return j;
+    if (j.is_object() && j.value("format", 0) == kFileVersion && j.contains("sections") && j["sections"].is_array())
+      return j;
+    why = "not an fp4moe tune cache of format " + std::to_string(kFileVersion);
   } catch (const json::exception& e) {
-    throw Error("tune cache " + path + " is corrupt: " + e.what());
+    why = e.what();
   }
+  return json::object();
 }
 
 TuneKey key_of(const json& e) {
@@ -87,9 +92,15 @@ TuneCache TuneCache::load(const std::string& path, const TuneContext& ctx) {
   TuneCache c;
   c.path_ = path;
   c.ctx_ = ctx;
-  const json file = read_file(path);
+  std::string why;
+  const json file = read_file(path, why);
+  if (!why.empty()) {
+    c.notice_ = "tune cache " + path + " is corrupt (" + why + "): not used; tuning writes a new one";
+    return c;
+  }
   if (!file.contains("sections")) return c;
   std::vector<std::string> others;
+  std::map<TuneKey, TuneEntry> entries;
   try {
     for (const json& s : file["sections"]) {
       const TuneContext sc = context_of(s.at("context"));
@@ -97,13 +108,20 @@ TuneCache TuneCache::load(const std::string& path, const TuneContext& ctx) {
         others.push_back(sc.describe());
         continue;
       }
-      for (const json& e : s.at("entries"))
-        c.entries_[key_of(e)] = {e.at("tile").get<std::string>(), e.at("stages").get<int>(), e.at("ms").get<double>(),
-                                 e.value("default_tile", ""), e.value("default_ms", 0.0)};
+      for (const json& e : s.at("entries")) {
+        const TuneEntry t{e.at("tile").get<std::string>(), e.at("stages").get<int>(), e.at("ms").get<double>(),
+                          e.value("default_tile", ""), e.value("default_ms", 0.0)};
+        if (t.tile.empty() || t.stages < 1 || !(t.ms > 0) || !std::isfinite(t.ms))
+          throw Error("entry " + key_of(e).str() + " has tile '" + t.tile + "', " + std::to_string(t.stages) +
+                      " stages, " + std::to_string(t.ms) + " ms");
+        entries[key_of(e)] = t;
+      }
     }
-  } catch (const json::exception& e) {
-    throw Error("tune cache " + path + " is corrupt: " + e.what());
+  } catch (const std::exception& e) {  // a section or entry of another shape: the whole file is suspect
+    c.notice_ = "tune cache " + path + " is corrupt (" + e.what() + "): not used; tuning writes a new one";
+    return c;
   }
+  c.entries_ = std::move(entries);
   if (c.entries_.empty() && !others.empty()) {
     std::string list;
     for (const auto& o : others) list += (list.empty() ? "" : "; ") + o;
@@ -121,11 +139,19 @@ std::optional<TuneEntry> TuneCache::find(const TuneKey& key) const {
 void TuneCache::put(const TuneKey& key, const TuneEntry& entry) { entries_[key] = entry; }
 
 void TuneCache::save() const {
-  json file = read_file(path_);
+  std::string why;
+  json file = read_file(path_, why);  // a corrupt file is replaced, not merged
   if (!file.contains("sections")) file = {{"format", kFileVersion}, {"sections", json::array()}};
   json* mine = nullptr;
-  for (json& s : file["sections"])
-    if (context_of(s.at("context")) == ctx_) mine = &s;
+  try {
+    for (json& s : file["sections"])
+      if (context_of(s.at("context")) == ctx_) mine = &s;
+    if (mine)
+      for (const json& e : (*mine).at("entries")) (void)key_of(e);
+  } catch (const json::exception&) {  // a section of another shape: start the file afresh
+    file = {{"format", kFileVersion}, {"sections", json::array()}};
+    mine = nullptr;
+  }
   if (!mine) {
     file["sections"].push_back({{"context", context_json(ctx_)}, {"entries", json::array()}});
     mine = &file["sections"].back();

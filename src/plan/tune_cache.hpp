@@ -47,8 +47,9 @@ class TuneCache {
   static std::string default_path(const std::string& explicit_path = "");
 
   // Loads `path` for `ctx`. A missing file is an empty cache; a file without a
-  // section for `ctx` is an empty cache with `notice()` saying why; a corrupt
-  // file is an fp4moe::Error naming it.
+  // section for `ctx` is an empty cache with `notice()` saying why; so is a
+  // corrupt file (unparseable, cut short, another schema, an entry without a
+  // tile or with no stages or time): never trusted, and replaced by save().
   static TuneCache load(const std::string& path, const TuneContext& ctx);
 
   std::optional<TuneEntry> find(const TuneKey& key) const;
@@ -58,7 +59,8 @@ class TuneCache {
   const std::string& path() const { return path_; }
 
   // Re-reads the file, merges this context's entries into it (ours win), keeps
-  // every other section, and replaces the file atomically (temp file + rename).
+  // every other section, and replaces the file atomically (temp file + rename);
+  // a corrupt file is replaced whole.
   void save() const;
 
  private:

@@ -68,17 +68,39 @@ TEST(TuneCache, SaveLoadMergeAndOtherGpusAreIgnoredWithAReason) {
   std::filesystem::remove(path);
 }
 
-TEST(TuneCache, CorruptFileIsAnErrorNamingIt) {
+TEST(TuneCache, CorruptFileIsNeverTrustedAndSaveReplacesIt) {
   const std::string path = temp_path("fp4moe-tune-bad");
-  std::ofstream(path) << "{ not json";
-  try {
-    TuneCache::load(path, h200());
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  const TuneKey k{"grouped swiglu", "nvfp4", 4096, 6144, 256, 8};
+  {  // a good file first, to cut short and to break
+    TuneCache c = TuneCache::load(path, h200());
+    c.put(k, {"bm64_nt8_bk128_mt1_c3", 3, 0.9, "", 0});
+    c.save();
   }
-  std::ofstream(path) << R"({"something": "else"})";
-  EXPECT_THROW(TuneCache::load(path, h200()), Error);
+  std::string good;
+  {
+    std::ifstream f(path);
+    good.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{ not json", "parse error"},
+      {good.substr(0, good.size() / 2), "parse error"},  // cut short, as by a crash mid-write
+      {R"({"something": "else"})", "not an fp4moe tune cache"},
+      {R"({"format": 1, "sections": [{"context": 7}]})", "corrupt"},
+      {good.replace(good.find("\"stages\": 3"), 11, "\"stages\": 0"), "0 stages"}};
+  for (const auto& [text, why] : bad) {
+    std::ofstream(path) << text;
+    TuneCache c;
+    ASSERT_NO_THROW(c = TuneCache::load(path, h200())) << text;
+    EXPECT_EQ(c.size(), 0u) << text;
+    EXPECT_NE(c.notice().find(path), std::string::npos) << c.notice();
+    EXPECT_NE(c.notice().find("corrupt"), std::string::npos) << c.notice();
+    EXPECT_NE(c.notice().find(why), std::string::npos) << c.notice();
+    c.put(k, {"bm64_nt8_bk128_mt1_c3", 3, 0.9, "", 0});
+    ASSERT_NO_THROW(c.save());  // rebuilt, whole
+    const TuneCache again = TuneCache::load(path, h200());
+    EXPECT_EQ(again.size(), 1u) << text;
+    EXPECT_EQ(again.notice(), "");
+  }
   std::filesystem::remove(path);
 }
 
