@@ -36,13 +36,13 @@ std::string ForwardPlan::describe() const {
   return os.str();
 }
 
-const ForwardPlan& LayerCore::plan(int64_t tokens) const {
+std::shared_ptr<const ForwardPlan> LayerCore::plan(int64_t tokens) const {
   FP4MOE_CHECK(tokens >= 1 && tokens <= opts_.max_tokens,
                "forward plan for " << tokens << " tokens: the layer plans 1..max_tokens = " << opts_.max_tokens);
   return plan(PlanShape::of_tokens(tokens));
 }
 
-const ForwardPlan& LayerCore::plan(const PlanShape& shape) const {
+std::shared_ptr<const ForwardPlan> LayerCore::plan(const PlanShape& shape) const {
   return plans_.get(shape, [this](const PlanShape& s) { return make_plan(s); });
 }
 

@@ -10,12 +10,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 
 #include <cuda_bf16.h>
 
+#include "common/concurrent_memo.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "runtime/gemm_step.hpp"
 
@@ -81,26 +81,8 @@ struct ForwardArgs {
 void enqueue_planned_gemm(const GemmStepPlan& step, const __nv_bfloat16* hidden, const float* routing_weights,
                           cudaStream_t stream);
 
-// The plans a layer has made, by shape; safe to read from several threads
-// (made under a lock, then immutable until clear()).
-class PlanCache {
- public:
-  template <class Make>
-  const ForwardPlan& get(const PlanShape& shape, Make&& make) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    std::unique_ptr<ForwardPlan>& p = plans_[shape];
-    if (!p) p = std::make_unique<ForwardPlan>(make(shape));
-    return *p;
-  }
-  // Forgets every plan (after tuning); not while a forward is being queued.
-  void clear() {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    plans_.clear();
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<PlanShape, std::unique_ptr<ForwardPlan>> plans_;
-};
+// The plans a layer has made, by shape: made on first use under a lock, then
+// immutable; a caller's plan outlives clear() (after tuning) while it holds it.
+using PlanCache = ConcurrentMemo<PlanShape, ForwardPlan>;
 
 }  // namespace fp4moe

@@ -41,9 +41,10 @@ class LayerCore {
   LayerCore& operator=(const LayerCore&) = delete;
 
   // The plan of a forward of `tokens` tokens, or of a composed layer's shape;
-  // made on first use (thread-safe), then only read.
-  const ForwardPlan& plan(int64_t tokens) const;
-  const ForwardPlan& plan(const PlanShape& shape) const;
+  // made on first use (thread-safe), then only read; the caller's share keeps
+  // it alive across a re-tune on another thread.
+  std::shared_ptr<const ForwardPlan> plan(int64_t tokens) const;
+  std::shared_ptr<const ForwardPlan> plan(const PlanShape& shape) const;
 
   // A whole forward of plan.shape.rows tokens: route (unless the caller's
   // routing is given), permute, the GEMMs, the finalize into out or sums.

@@ -43,7 +43,8 @@ std::vector<MoeLayer::TuneRow> LayerCore::tune(const std::vector<int64_t>& token
   for (const auto& [T, bucket] : jobs) {
     // Realistic routing: the model's own router on random logits.
     const DeviceBuffer<float> logits(gaussian_logits(T, c.num_experts, 1000 + uint64_t(T)));
-    const ForwardPlan& fp = plan(T);
+    const std::shared_ptr<const ForwardPlan> held = plan(T);
+    const ForwardPlan& fp = *held;
     route(fp, logits.get(), nullptr, nullptr, s);
     permute(fp, topk_ids_.get(), s);
     for (GemmSpec g : gemm_specs(fp.shape)) {

@@ -23,7 +23,7 @@ void MoeLayer::run(cudaStream_t stream, const ForwardArgs& args, int64_t tokens,
   FP4MOE_CHECK(args.hidden && (args.router_logits || args.topk_ids) && (args.out || args.sums),
                "forward: hidden, router_logits and out must be device pointers, got null");
   if (tokens == 0) return;
-  c.forward(c.plan(tokens), args, stream, marks);
+  c.forward(*c.plan(tokens), args, stream, marks);
 }
 
 void MoeLayer::forward(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits, int64_t tokens,
@@ -89,7 +89,7 @@ int64_t MoeLayer::expert_count() const { return core_->expert_count(); }
 int64_t MoeLayer::weight_bytes() const { return core_->weight_bytes(); }
 int64_t MoeLayer::workspace_bytes() const { return core_->workspace_bytes(); }
 
-std::string MoeLayer::describe(int64_t tokens) const { return core_->plan(tokens).describe(); }
+std::string MoeLayer::describe(int64_t tokens) const { return core_->plan(tokens)->describe(); }
 
 std::vector<MoeLayer::TuneRow> MoeLayer::tune(const std::vector<int64_t>& tokens,
                                               const std::function<void(int, int, const std::string&)>& progress) {

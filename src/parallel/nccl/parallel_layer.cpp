@@ -163,7 +163,7 @@ void ParallelMoeLayer::Impl::forward_expert_allgather(cudaStream_t s, const __nv
   LayerCore& m = core();
   const int64_t G = p.ranks, Tm = p.step_rows, H = m.config().hidden, k = m.config().top_k;
   // 1. Route this rank's tokens straight into the send buffers; pad its rows to the step's (ids -1: no expert).
-  if (T > 0) m.route(m.plan(T), logits, p.ids_send.get(), p.weights_send.get(), s);
+  if (T > 0) m.route(*m.plan(T), logits, p.ids_send.get(), p.weights_send.get(), s);
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(p.hidden_send.get(), hidden, size_t(T * H) * 2, cudaMemcpyDeviceToDevice, s));
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.ids_send.get() + T * k, 0xFF, size_t((Tm - T) * k) * 4, s));
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.weights_send.get() + T * k, 0, size_t((Tm - T) * k) * 4, s));
@@ -186,7 +186,7 @@ void ParallelMoeLayer::Impl::forward_expert_alltoall(cudaStream_t s, const __nv_
   LayerCore& m = core();
   const int64_t G = p.ranks, C = p.step_rows, H = m.config().hidden, k = m.config().top_k;
   // 1. Route this rank's tokens; give each the next slot of every rank one of its pairs goes to.
-  if (T > 0) m.route(m.plan(T), logits, nullptr, nullptr, s);
+  if (T > 0) m.route(*m.plan(T), logits, nullptr, nullptr, s);
   kernels::ExpertDispatchArgs d;
   d.hidden = hidden;
   d.topk_ids = m.topk_ids();
@@ -296,13 +296,13 @@ void ParallelMoeLayer::Impl::experts_over_rows(cudaStream_t s, const __nv_bfloat
                                                int64_t own_tokens, float* sums) {
   if (rows == 0) return;
   LayerCore& m = core();
-  m.routed_experts(m.plan(PlanShape{rows, plan_tokens, own_tokens}), rows_hidden, rows_ids, rows_weights, sums, s);
+  m.routed_experts(*m.plan(PlanShape{rows, plan_tokens, own_tokens}), rows_hidden, rows_ids, rows_weights, sums, s);
 }
 
 // The shared expert over this rank's T tokens (T > 0), or null without one.
 const __nv_bfloat16* ParallelMoeLayer::Impl::shared_expert(cudaStream_t s, const __nv_bfloat16* hidden, int64_t T) {
   LayerCore& m = core();
-  return m.shared_expert(m.plan(T), hidden, s);
+  return m.shared_expert(*m.plan(T), hidden, s);
 }
 
 void ParallelMoeLayer::Impl::forward_tensor(cudaStream_t s, const __nv_bfloat16* hidden, const float* logits, int64_t T,
@@ -312,7 +312,7 @@ void ParallelMoeLayer::Impl::forward_tensor(cudaStream_t s, const __nv_bfloat16*
   const int64_t H = m.config().hidden, k = m.config().top_k;
   // Every rank holds the same tokens and routes them alike; its slice's share of
   // the layer (shared expert included) is summed over the ranks in fp32.
-  if (T > 0) m.forward(m.plan(T), {.hidden = hidden, .router_logits = logits, .sums = p.partial.get()}, s);
+  if (T > 0) m.forward(*m.plan(T), {.hidden = hidden, .router_logits = logits, .sums = p.partial.get()}, s);
   allreduce_sums(s, T);
   if (T > 0) round_sums(p.partial.get(), nullptr, T, H, int(k), out, s);
 }
