@@ -2,6 +2,8 @@
 `fp4moe bench`'s JSON and the inputs file it wrote (src/measure/peer_inputs.hpp),
 or, for bench_grouped_gemm's GEMM cases, random weights of the distribution
 fp4moe draws from (its own are drawn in its prepared layout, which no peer reads)."""
+import math
+
 from .base import Case, MoeProblem, Projection
 
 
@@ -44,7 +46,9 @@ def layer_case(torch, rep_case, tensors, problem):
 
 def random_projection(torch, fmt, experts, n, k, gen):
     """FP4 weights as fp4moe's full-size random weights are drawn: every code
-    uniform, block scales in [0.5, 2) (e4m3 for nvfp4, e8m0 1 or 2 for mxfp4)."""
+    uniform, block scales in [0.5, 2) (e4m3 for nvfp4, e8m0 1 or 2 for mxfp4),
+    over 2.5 sqrt(K) so the weights' std is ~1/sqrt(K) (nvfp4: the global
+    scale; mxfp4: whole exponents off the block scales, it has no global one)."""
     dev = gen.device
     g = 16 if fmt == "nvfp4" else 32
     codes = torch.randint(0, 256, (experts, n, k // 2), dtype=torch.uint8, device=dev, generator=gen)
@@ -53,7 +57,8 @@ def random_projection(torch, fmt, experts, n, k, gen):
         scales = s.to(torch.float8_e4m3fn).view(torch.uint8)
         gs = torch.full((experts,), 1.0 / (2.5 * k ** 0.5), device=dev)
     else:
-        scales = (torch.log2(s).ceil() + 127).to(torch.uint8)
+        shift = round(math.log2(2.5 * k ** 0.5))
+        scales = (torch.log2(s).ceil() + 127 - shift).to(torch.uint8)
         gs = torch.ones(experts, device=dev)
     return Projection(codes, scales, gs)
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,11 @@ namespace fp4moe::detail {
 float router_expf(float x);
 // 1 / (1 + router_expf(-x)), each operation one fp32 IEEE op.
 float router_sigmoidf(float x);
+
+// ---- random weights (random_weights.cpp) ---------------------------------------
+// [rows, cols] FP4 codes and block scales drawn directly, not quantized from
+// floats (full-size models): values of std ~ 1/sqrt(cols), as the quantized path.
+Fp4Matrix random_matrix_direct(Fp4Format format, int64_t rows, int64_t cols, std::mt19937_64 g);
 
 // ---- expert MLP on exactly dequantized weights ---------------------------------
 // Shape/size checks for one quantized matrix; `what` names it in the error.

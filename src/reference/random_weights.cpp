@@ -49,11 +49,13 @@ Fp4Matrix random_matrix(Fp4Format format, int64_t rows, int64_t cols, std::mt199
   return quantize(format, v.data(), rows, cols);
 }
 
+}  // namespace
+
 // Full-size models: draw the FP4 codes and block scales directly (what
 // quantizing N(0, sd) gives, approximately), about 20x faster than quantizing
 // floats. Codes follow the magnitudes of a quantized Gaussian whose block max
 // maps to 6; block scales spread over [0.5, 2) x the row's scale.
-Fp4Matrix random_matrix_direct(Fp4Format format, int64_t rows, int64_t cols, std::mt19937_64 g) {
+Fp4Matrix detail::random_matrix_direct(Fp4Format format, int64_t rows, int64_t cols, std::mt19937_64 g) {
   Fp4Matrix m;
   m.format = format;
   m.rows = rows;
@@ -78,20 +80,26 @@ Fp4Matrix random_matrix_direct(Fp4Format format, int64_t rows, int64_t cols, std
     for (int j = 0; j < 4 && i + size_t(j) < m.packed.size(); ++j)
       m.packed[i + size_t(j)] = static_cast<uint8_t>(kCode[(b >> (16 * j)) & 0xFF] | kCode[(b >> (16 * j + 8)) & 0xFF] << 4);
   }
-  const double scale_typ = 1.0;
-  for (auto& sc : m.scales)
-    sc = format == Fp4Format::nvfp4 ? e4m3_encode(static_cast<float>(scale_typ * (0.5 + 1.5 * uniform(g))))
-                                    : ue8m0_encode_ceil(static_cast<float>(scale_typ * (0.5 + 1.5 * uniform(g))));
+  // values ~ code * block scale (/ gs): rms(code) ~ 1.7 and rms(scale) ~ 1.3,
+  // so dividing by ~2.5 sqrt(cols) gives std ~ 1/sqrt(cols) as random_matrix does.
+  const double norm = 2.5 * std::sqrt(static_cast<double>(cols));
   if (format == Fp4Format::nvfp4) {
-    // values ~ code * scale / gs with rms(code) ~ 2.5: std ~ 1/sqrt(cols) as random_matrix gives
-    m.weight_scale_2 = static_cast<float>(1.0 / (2.5 * scale_typ * std::sqrt(static_cast<double>(cols))));
+    for (auto& sc : m.scales) sc = e4m3_encode(static_cast<float>(0.5 + 1.5 * uniform(g)));
+    m.weight_scale_2 = static_cast<float>(1.0 / norm);
+  } else {
+    // MXFP4 has no global scale: the division goes into the power-of-two block
+    // scales, whole exponents (exact, so the rounding up is that of [0.5, 2)).
+    const int shift = static_cast<int>(std::lround(std::log2(norm)));
+    for (auto& sc : m.scales) sc = ue8m0_encode_ceil(static_cast<float>(std::ldexp(0.5 + 1.5 * uniform(g), -shift)));
   }
   return m;
 }
 
+namespace {
+
 ExpertWeights random_expert(Fp4Format format, int64_t H, int64_t I, uint64_t seed, uint64_t item, bool direct,
                             bool biased) {
-  const auto make = direct ? random_matrix_direct : random_matrix;
+  const auto make = direct ? detail::random_matrix_direct : random_matrix;
   ExpertWeights w;
   w.gate = make(format, I, H, stream(seed, item, 1));
   w.up = make(format, I, H, stream(seed, item, 2));

@@ -15,6 +15,7 @@
 
 #include "fp4moe/error.hpp"
 #include "fp4moe/reference.hpp"
+#include "reference/detail.hpp"
 
 namespace fp4moe {
 namespace {
@@ -334,6 +335,27 @@ TEST(MoeReference, RandomWeightsAreDeterministicAndShaped) {
   const MoeWeights w = random_moe_weights(m, Fp4Format::nvfp4, 1);
   EXPECT_FALSE(w.has_shared);
   EXPECT_TRUE(w.correction_bias.empty());
+}
+
+// Full-size models draw codes and scales directly (random_moe_weights above
+// 2^28 weights): the same spread as the quantized path, std ~ 1/sqrt(fan_in),
+// in both formats. MXFP4's block scales once had no such normalization and
+// gave weights ~100x too large, which saturates gpt-oss's clamped SwiGLU.
+TEST(MoeReference, DirectlyDrawnWeightsHaveTheQuantizedSpread) {
+  for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4})
+    for (int64_t cols : {int64_t(1024), int64_t(2880), int64_t(7168)}) {
+      const Fp4Matrix a = detail::random_matrix_direct(f, 64, cols, std::mt19937_64(7));
+      const Fp4Matrix b = detail::random_matrix_direct(f, 64, cols, std::mt19937_64(7));
+      EXPECT_EQ(a.packed, b.packed);
+      EXPECT_EQ(a.scales, b.scales);
+      EXPECT_GE(std::set<uint8_t>(a.scales.begin(), a.scales.end()).size(), 2u) << "block scales vary";
+      const auto v = dequantize(a);
+      double ss = 0.0;
+      for (float e : v) ss += static_cast<double>(e) * e;
+      const double sd = std::sqrt(ss / static_cast<double>(v.size())) * std::sqrt(static_cast<double>(cols));
+      EXPECT_GT(sd, 0.6) << to_string(f) << " cols " << cols;
+      EXPECT_LT(sd, 2.0) << to_string(f) << " cols " << cols;
+    }
 }
 
 TEST(MoeReference, BadInputsAreNamed) {
