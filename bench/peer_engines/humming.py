@@ -3,9 +3,9 @@
 The composition is vLLM's Humming MoE backend (its indexed experts): Humming's
 MoE GEMM on vLLM-style aligned routing, GEMM1 gathering the token rows itself
 (row sorted_id // k), GEMM2 reading the activated rows t*k+j; the activation
-in Humming's process_input kernel with bf16 activations, and with FP8 ones in
-torch ops followed by Humming's quantization (vLLM's order); the top-k
-weighted sum and the routing in torch ops; a shared
+in Humming's process_input kernel, which also quantizes to FP8 in W4A8 (vLLM
+runs its own activation kernel, then Humming's quantization: here one kernel,
+Humming's own); the top-k weighted sum and the routing in torch ops; a shared
 expert through Humming's dense GEMM.
 
 Weights are the problem's, bit for bit: fp4moe's codes (element 2i in the low
@@ -30,10 +30,8 @@ import json
 
 try:
     from . import base
-    from .reference import activate
 except ImportError:  # loaded as a top-level module (bench/peer_engines on sys.path)
     import base
-    from reference import activate
 
 try:
     import torch
@@ -293,14 +291,8 @@ class HummingPeer(base.Peer):
         return self.h["HummingMethod"].may_quant_input(layer=self.module, inputs=x, sublayer_name=name)
 
     def _activate(self, name, y):
-        """The activation of [rows, 2I] (gate, up) to [rows, I]: with bf16
-        activations Humming's process_input; with FP8 ones the activation in
-        torch ops, then Humming's quantization, as vLLM composes them (Humming's
-        fused activation-and-FP8 process_input gave a 14% relative error on
-        gpt-oss's layer, where the same quantization after a separate
-        activation passes: bench/results/2026-12-04-peers-h200.md)."""
-        if self.fp8:
-            return self._quant(name, activate(torch, y.float(), self.problem).to(torch.bfloat16))
+        """Humming's process_input: the activation of [rows, 2I] (gate, up) to
+        [rows, I], quantized to FP8 in the same kernel for W4A8."""
         out, group_scales, token_scales = self.h["HummingMethod"].may_process_input(
             layer=self.module, inputs=y, activation_type="binary_split", activation_impl=self.act,
             sublayer_name=name)
