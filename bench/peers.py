@@ -17,6 +17,7 @@ part of fp4moe (docs/benchmarks.md "Peers").
 import argparse
 import importlib
 import json
+import math
 import os
 import sys
 import time
@@ -206,6 +207,34 @@ def gemm_peers(torch, rep, engines, reps):
     rep["peer_weights"] = "random FP4 weights of fp4moe's distribution (fp4moe's own are drawn in its prepared layout)"
 
 
+def finite_or_none(v):
+    """v with every non-finite float as None: JSON has no NaN or Infinity
+    (fp4moe's parser, nlohmann::json, refuses them), and null is what the
+    table renderers show as not finite."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: finite_or_none(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [finite_or_none(x) for x in v]
+    return v
+
+
+def write_report(rep, path, indent=None):
+    """The report as strict JSON, whole or not at all: fp4moe reads it back
+    from the same path, so a temporary file beside it replaces it at once."""
+    text = json.dumps(finite_or_none(rep), indent=indent, allow_nan=False)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--in", dest="inp", help="bench_grouped_gemm JSON")
@@ -249,8 +278,8 @@ def main(argv=None):
             layer_peers(torch, rep, a.inputs, load_engines(names), a.reps)
         else:
             gemm_peers(torch, rep, load_engines(names), a.reps)
-    with open(a.out, "w") as f:
-        json.dump(rep, f, indent=None if a.layer_in else 1)
+    rep = finite_or_none(rep)  # the table shows what the file holds
+    write_report(rep, a.out, indent=None if a.layer_in else 1)
     if a.inp:
         table = gemm_table(rep)
         if a.table:

@@ -1,5 +1,12 @@
 """Markdown tables of the peers' results (the layer's are rendered by fp4moe
-itself from the JSON: src/measure/layer_benchmark.cpp)."""
+itself from the JSON: src/measure/layer_benchmark.cpp). A number that is
+null in the report (bench/peers.py writes NaN and infinities so) shows as
+"not finite"."""
+import math
+
+
+def finite(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def variants_of(rep):
@@ -15,6 +22,8 @@ def peer_cell(case, variant, step, ours_ms, engines=()):
     if r.get("status") != "ok":
         why = f"{r.get('status', 'failed')}: {r.get('reason', '')}".replace("|", "/")
         return why if len(why) <= 60 else why[:57] + "..."
+    if not finite(r.get("ms")):
+        return "not finite"
     return f"{r['ms']:.4f} ({r['ms'] / ours_ms:.2f}x)" if ours_ms > 0 else f"{r['ms']:.4f}"
 
 
@@ -24,10 +33,11 @@ def engine_lines(rep):
         line = f"- {e['variant']}: {e.get('version', '?')}"
         if e.get("status") != "ok":
             line += f", {e.get('status')}: {e.get('reason', '')}"
-        if "tolerance" in e:
+        if finite(e.get("tolerance")):
             line += f", tolerance {e['tolerance']:.0e}"
         if "jit_seconds" in e:
-            line += f", first calls (JIT) {e['jit_seconds']:.1f} s, not timed"
+            line += (f", first calls (JIT) {e['jit_seconds']:.1f} s, not timed" if finite(e["jit_seconds"])
+                     else ", first calls (JIT) not finite, not timed")
         lines.append(line)
     return lines
 

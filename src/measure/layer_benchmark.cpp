@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -260,12 +261,20 @@ namespace {
 
 // The peer engines' results that bench/peers.py adds (docs/benchmarks.md "Peers"):
 // report["peer_engines"] lists every variant with its status; case["peers"][variant][step]
-// holds {ms, rel_error, status, reason}.
+// holds {ms, rel_error, status, reason}. JSON has no NaN or infinity: peers.py
+// writes them as null, which these renderers show as not finite.
 std::vector<std::string> peer_variants(const json& r) {
   std::vector<std::string> v;
   if (r.contains("peer_engines"))
     for (const json& e : r["peer_engines"]) v.push_back(e.at("variant").get<std::string>());
   return v;
+}
+
+// A finite number of the report, or nothing (null, absent, not a number).
+std::optional<double> finite_number(const json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number()) return std::nullopt;
+  const double v = j[key].get<double>();
+  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
 }
 
 const json* peer_step(const json& c, const std::string& variant, const char* step) {
@@ -293,8 +302,10 @@ std::string peer_cell(const json& r, const json& c, const std::string& variant, 
       if (ch == '|' || ch == '\n') ch = '/';
     return why.size() > 60 ? why.substr(0, 57) + "..." : why;
   }
-  const double ms = p->at("ms").get<double>(), ours = step_ms(c, step);
-  return ours > 0 ? fmt::format("{:.4f} ({:.2f}x)", ms, ms / ours) : fmt::format("{:.4f}", ms);
+  const std::optional<double> ms = finite_number(*p, "ms");
+  if (!ms) return "not finite";
+  const double ours = step_ms(c, step);
+  return ours > 0 ? fmt::format("{:.4f} ({:.2f}x)", *ms, *ms / ours) : fmt::format("{:.4f}", *ms);
 }
 
 }  // namespace
@@ -320,8 +331,9 @@ std::string layer_bench_csv(const json& r) {
     for (const std::string& v : variants)
       for (const char* step : {"layer", "gemm1", "gemm2"})
         if (const json* p = peer_step(c, v, step); p && p->value("status", "") == "ok")
-          os << c["tokens"] << "," << c["tokens_per_expert"] << "," << v << "/" << step << "," << (*p)["ms"]
-             << ",,,,,,,,\n";
+          if (const std::optional<double> ms = finite_number(*p, "ms"))
+            os << c["tokens"] << "," << c["tokens_per_expert"] << "," << v << "/" << step << "," << json(*ms)
+               << ",,,,,,,,\n";
   }
   return os.str();
 }
@@ -335,8 +347,11 @@ std::string layer_bench_peer_table(const json& r) {
   for (const json& e : r["peer_engines"]) {
     os << fmt::format("- {}: {}", e["variant"].get<std::string>(), e.value("version", std::string("?")));
     if (e.value("status", "") != "ok") os << fmt::format(", {}: {}", e.value("status", std::string()), e.value("reason", std::string()));
-    if (e.contains("tolerance")) os << fmt::format(", tolerance {:.0e}", e["tolerance"].get<double>());
-    if (e.contains("jit_seconds")) os << fmt::format(", first calls (JIT) {:.1f} s, not timed", e["jit_seconds"].get<double>());
+    if (const auto t = finite_number(e, "tolerance")) os << fmt::format(", tolerance {:.0e}", *t);
+    if (e.contains("jit_seconds")) {
+      const auto jit = finite_number(e, "jit_seconds");
+      os << (jit ? fmt::format(", first calls (JIT) {:.1f} s, not timed", *jit) : ", first calls (JIT) not finite, not timed");
+    }
     os << "\n";
   }
   for (const char* step : {"layer", "gemm1", "gemm2"}) {
@@ -444,7 +459,8 @@ std::string layer_bench_svg(const json& r) {
     }
     for (size_t i = 0; i < variants.size(); ++i)
       if (const json* p = peer_step(c, variants[i], "layer"); p && p->value("status", "") == "ok")
-        right[2 + i].pts.emplace_back(x, (*p)["ms"].get<double>() / l["time"]["median_ms"].get<double>());
+        if (const std::optional<double> ms = finite_number(*p, "ms"))
+          right[2 + i].pts.emplace_back(x, *ms / l["time"]["median_ms"].get<double>());
   }
   for (const auto& s : right)
     for (const auto& p : s.pts) ymax_r = std::max(ymax_r, p.second);

@@ -16,10 +16,18 @@ CLI = sys.argv[2] if len(sys.argv) > 2 else None
 PEERS = os.path.join(SRC, "bench", "peers.py")
 sys.path.insert(0, os.path.join(SRC, "bench"))
 from peer_engines.tables import gemm_table, peer_cell  # noqa: E402
+from peers import write_report  # noqa: E402
 
 
 def run(*args, env=None):
     return subprocess.run([sys.executable, PEERS, *args], capture_output=True, text=True, env=env)
+
+
+def strict_json(text):
+    """JSON as nlohmann::json (fp4moe) reads it: NaN and Infinity refused."""
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=refuse)
 
 
 def timing(ms):
@@ -120,11 +128,12 @@ class PeersArguments(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             rep, out, table = (os.path.join(d, n) for n in ("g.json", "o.json", "t.md"))
             with open(rep, "w") as f:
-                json.dump(GEMM_REPORT, f)
+                json.dump({**GEMM_REPORT, "noise": float("nan")}, f)
             r = run("--in", rep, "--out", out, "--table", table, "--engines", "torch,humming")
             self.assertEqual(r.returncode, 0, r.stderr)
             with open(out) as f:
-                got = json.load(f)
+                got = strict_json(f.read())
+            self.assertIsNone(got["noise"], "NaN is written as null")
             self.assertEqual([e["variant"] for e in got["peer_engines"]], ["torch", "humming"])
             for e in got["peer_engines"]:
                 self.assertEqual(e["status"], "unavailable")
@@ -136,6 +145,28 @@ class PeersArguments(unittest.TestCase):
             self.assertTrue(md.rstrip().endswith("| unavailable | unavailable |"), md)
 
 
+class PeersReport(unittest.TestCase):
+    def test_non_finite_numbers_are_written_as_null(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "bench.json")
+            write_report({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf"), "e": 2}}, out)
+            with open(out) as f:
+                got = strict_json(f.read())
+            self.assertEqual(got, {"a": None, "b": [None, 1.5], "c": {"d": None, "e": 2}})
+            self.assertEqual(os.listdir(d), ["bench.json"], "no temporary file left")
+
+    def test_a_failed_write_leaves_the_old_report_whole(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "bench.json")
+            with open(out, "w") as f:
+                f.write('{"cases": []}')
+            with self.assertRaises(TypeError):
+                write_report({"cases": [object()]}, out)
+            with open(out) as f:
+                self.assertEqual(f.read(), '{"cases": []}')
+            self.assertEqual(os.listdir(d), ["bench.json"], "no temporary file left")
+
+
 class PeerTables(unittest.TestCase):
     def test_cells(self):
         c = {"peers": peers_of(0.05)}
@@ -145,6 +176,8 @@ class PeerTables(unittest.TestCase):
         self.assertTrue(long.startswith("failed: RuntimeError") and long.endswith("...") and len(long) == 60, long)
         self.assertEqual(peer_cell(c, "triton_kernels", "gemm1", 0.04), "n/a")
         self.assertEqual(peer_cell(c, "humming w4a8 g128", "gemm1", 0.04, ENGINES), "unsupported")
+        c["peers"]["humming w4a16"]["gemm1"]["ms"] = None  # a non-finite time, as the report holds it
+        self.assertEqual(peer_cell(c, "humming w4a16", "gemm1", 0.04), "not finite")
 
     def test_gemm_table(self):
         rep = copy.deepcopy(GEMM_REPORT)
@@ -162,28 +195,43 @@ class PeerTables(unittest.TestCase):
 
 @unittest.skipUnless(CLI, "no fp4moe CLI given")
 class RenderedByFp4moe(unittest.TestCase):
-    def test_render_peers(self):
+    def render(self, rep):
+        """`fp4moe bench --render` of the report as bench/peers.py writes it: {bench.md, .csv, .svg: text}."""
         with tempfile.TemporaryDirectory() as d:
-            rep = os.path.join(d, "bench.json")
-            with open(rep, "w") as f:
-                json.dump(LAYER_REPORT, f)
-            r = subprocess.run([CLI, "bench", "--render", rep, "--out", d], capture_output=True, text=True)
+            path = os.path.join(d, "bench.json")
+            write_report(rep, path)
+            r = subprocess.run([CLI, "bench", "--render", path, "--out", d], capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            with open(os.path.join(d, "bench.md")) as f:
-                md = f.read()
-            self.assertIn("| gemm1: T | fp4moe ms | humming w4a16 | humming w4a8 g128 |", md)
-            self.assertIn("| 8 | 0.0400 | 0.0500 (1.25x) | unsupported |", md)
-            self.assertIn("| gemm2: T | fp4moe ms |", md)
-            self.assertIn("wrong: relative error 3.1e-01 > 1e-02", md)
-            self.assertIn("| 8 | 0.1000 | 0.1500 (1.50x) | unsupported |", md)
-            self.assertIn("- humming w4a8 g128: humming-kernels 0.1.19, unsupported: NVFP4's scale groups of 16", md)
-            self.assertIn("0.40 pJ/FP8 FLOP", md)
-            with open(os.path.join(d, "bench.svg")) as f:
-                svg = f.read()
-            self.assertIn("layer vs humming w4a16", svg)  # the one layer time that passed its check: 1.5x
-            with open(os.path.join(d, "bench.csv")) as f:
-                csv = f.read()
-            self.assertIn(",humming w4a16/gemm1,0.05,", csv)
+            out = {}
+            for ext in ("md", "csv", "svg"):
+                with open(os.path.join(d, "bench." + ext)) as f:
+                    out[ext] = f.read()
+            return out
+
+    def test_render_peers(self):
+        out = self.render(LAYER_REPORT)
+        md = out["md"]
+        self.assertIn("| gemm1: T | fp4moe ms | humming w4a16 | humming w4a8 g128 |", md)
+        self.assertIn("| 8 | 0.0400 | 0.0500 (1.25x) | unsupported |", md)
+        self.assertIn("| gemm2: T | fp4moe ms |", md)
+        self.assertIn("wrong: relative error 3.1e-01 > 1e-02", md)
+        self.assertIn("| 8 | 0.1000 | 0.1500 (1.50x) | unsupported |", md)
+        self.assertIn("- humming w4a8 g128: humming-kernels 0.1.19, unsupported: NVFP4's scale groups of 16", md)
+        self.assertIn("0.40 pJ/FP8 FLOP", md)
+        self.assertIn("layer vs humming w4a16", out["svg"])  # the one layer time that passed its check: 1.5x
+        self.assertIn(",humming w4a16/gemm1,0.05,", out["csv"])
+
+    def test_render_reads_non_finite_numbers(self):
+        """bench/peers.py writes NaN and infinities as null; fp4moe reads the file and says "not finite"."""
+        rep = copy.deepcopy(LAYER_REPORT)
+        rep["cases"][1]["peers"]["humming w4a16"]["gemm1"]["ms"] = float("inf")
+        rep["cases"][1]["peers"]["humming w4a16"]["gemm2"]["rel_error"] = float("nan")
+        rep["peer_engines"][0]["jit_seconds"] = float("nan")
+        out = self.render(rep)
+        self.assertIn("| 8 | 0.0400 | not finite | unsupported |", out["md"])
+        self.assertIn("| 1 | 0.0400 | 0.0500 (1.25x) | unsupported |", out["md"])
+        self.assertIn("first calls (JIT) not finite, not timed", out["md"])
+        self.assertEqual(out["csv"].count(",humming w4a16/gemm1,"), 1, "only the finite time is a row")
 
 
 class FetchPeers(unittest.TestCase):
