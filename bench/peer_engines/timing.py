@@ -1,6 +1,6 @@
 """Timing as fp4moe's benchmarks time: CUDA-graph replay, the GPU kept busy
 for warm_seconds first (the steady state at the power cap), the median of
-`reps` replays measured with CUDA events."""
+`reps` back-to-back replays measured with CUDA events (src/runtime/timing.hpp)."""
 import sys
 import time
 
@@ -37,13 +37,14 @@ def timed(torch, fn, reps, graph=True, warm_seconds=0.0):
         for _ in range(16):
             run()
         torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    # Every event pair recorded first and one synchronization at the end: a
+    # synchronization per repetition would leave the GPU idle while the host
+    # launches the next one, and put that launch latency into each sample.
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for s, e in events:
         s.record()
         run()
         e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    ts.sort()
+    torch.cuda.synchronize()
+    ts = sorted(s.elapsed_time(e) for s, e in events)
     return ts[len(ts) // 2], captured
