@@ -14,8 +14,9 @@ def variants_of(rep):
 
 
 def peer_cell(case, variant, step, ours_ms, engines=()):
-    """'0.0412 (1.31x)': the peer's ms and fp4moe's speedup over it; or why there is none
-    (a variant that never ran: its status, unsupported, unavailable or failed)."""
+    """'0.0412 (1.31x)': the peer's ms and fp4moe's speedup over it, '(1.31x, eager)'
+    where it was timed without a CUDA graph (it could not be captured); or why there
+    is none (a variant that never ran: its status, unsupported, unavailable or failed)."""
     r = case.get("peers", {}).get(variant, {}).get(step)
     if r is None:
         return next((e["status"] for e in engines if e["variant"] == variant and e.get("status") != "ok"), "n/a")
@@ -24,7 +25,10 @@ def peer_cell(case, variant, step, ours_ms, engines=()):
         return why if len(why) <= 60 else why[:57] + "..."
     if not finite(r.get("ms")):
         return "not finite"
-    return f"{r['ms']:.4f} ({r['ms'] / ours_ms:.2f}x)" if ours_ms > 0 else f"{r['ms']:.4f}"
+    eager = r.get("graph") is False
+    if ours_ms > 0:
+        return f"{r['ms']:.4f} ({r['ms'] / ours_ms:.2f}x{', eager' if eager else ''})"
+    return f"{r['ms']:.4f}{' (eager)' if eager else ''}"
 
 
 def engine_lines(rep):
@@ -52,7 +56,7 @@ def gemm_table(rep):
     lines = [f"GPU: {rep['device']}; ceilings this run at steady state: copy {ce['copy_tb_per_s']:.2f} TB/s, "
              f"cuBLAS bf16 {ce['bf16_tflop_per_s']:.0f} TFLOP/s{start}{beside}", ""]
     if variants:
-        lines += ["Peer engines (ms, and fp4moe's speedup over each; "
+        lines += ["Peer engines (ms, and fp4moe's speedup over each, replayed from a CUDA graph unless marked eager; "
                   f"{rep.get('peer_weights', 'the same weights')}):"] + engine_lines(rep) + [""]
     head = ("| GEMM | T | active experts | launches per graph | fp4moe ms | one launch per graph ms | TB/s | TFLOP/s "
             "| % of dense bf16 (steady-state ceiling / beside the case) | floor ms | % of floor | tile | vs cuBLAS bf16 "

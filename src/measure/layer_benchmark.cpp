@@ -288,7 +288,8 @@ double step_ms(const json& c, const char* step) {
                                             "time", json{{"median_ms", 0.0}})["median_ms"].get<double>();
 }
 
-// "0.0412 (1.31x)": the peer's time and fp4moe's speedup over it; or why there is none.
+// "0.0412 (1.31x)": the peer's time and fp4moe's speedup over it, "(1.31x, eager)"
+// where it was timed without a CUDA graph (it could not be captured); or why there is none.
 std::string peer_cell(const json& r, const json& c, const std::string& variant, const char* step) {
   const json* p = peer_step(c, variant, step);
   if (!p) {  // a variant that never ran says why in its column: unsupported, unavailable, failed
@@ -305,7 +306,9 @@ std::string peer_cell(const json& r, const json& c, const std::string& variant, 
   const std::optional<double> ms = finite_number(*p, "ms");
   if (!ms) return "not finite";
   const double ours = step_ms(c, step);
-  return ours > 0 ? fmt::format("{:.4f} ({:.2f}x)", *ms, *ms / ours) : fmt::format("{:.4f}", *ms);
+  const bool eager = p->contains("graph") && (*p)["graph"] == false;
+  if (ours > 0) return fmt::format("{:.4f} ({:.2f}x{})", *ms, *ms / ours, eager ? ", eager" : "");
+  return fmt::format("{:.4f}{}", *ms, eager ? " (eager)" : "");
 }
 
 }  // namespace
@@ -343,7 +346,8 @@ std::string layer_bench_peer_table(const json& r) {
   if (variants.empty()) return "";
   std::ostringstream os;
   os << "\nPeer engines on the same weights, hidden states and routing (bench/peers.py; each output checked "
-        "against the exact reference before it is timed; ms, and fp4moe's speedup over the peer):\n";
+        "against the exact reference before it is timed, replayed from a CUDA graph unless marked eager; ms, and "
+        "fp4moe's speedup over the peer):\n";
   for (const json& e : r["peer_engines"]) {
     os << fmt::format("- {}: {}", e["variant"].get<std::string>(), e.value("version", std::string("?")));
     if (e.value("status", "") != "ok") os << fmt::format(", {}: {}", e.value("status", std::string()), e.value("reason", std::string()));

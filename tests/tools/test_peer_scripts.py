@@ -176,6 +176,9 @@ class PeerTables(unittest.TestCase):
         self.assertTrue(long.startswith("failed: RuntimeError") and long.endswith("...") and len(long) == 60, long)
         self.assertEqual(peer_cell(c, "triton_kernels", "gemm1", 0.04), "n/a")
         self.assertEqual(peer_cell(c, "humming w4a8 g128", "gemm1", 0.04, ENGINES), "unsupported")
+        c["peers"]["humming w4a16"]["gemm1"]["graph"] = False  # timed eagerly: said so
+        self.assertEqual(peer_cell(c, "humming w4a16", "gemm1", 0.04), "0.0500 (1.25x, eager)")
+        self.assertEqual(peer_cell(c, "humming w4a16", "gemm1", 0), "0.0500 (eager)")
         c["peers"]["humming w4a16"]["gemm1"]["ms"] = None  # a non-finite time, as the report holds it
         self.assertEqual(peer_cell(c, "humming w4a16", "gemm1", 0.04), "not finite")
 
@@ -220,6 +223,14 @@ class RenderedByFp4moe(unittest.TestCase):
         self.assertIn("0.40 pJ/FP8 FLOP", md)
         self.assertIn("layer vs humming w4a16", out["svg"])  # the one layer time that passed its check: 1.5x
         self.assertIn(",humming w4a16/gemm1,0.05,", out["csv"])
+
+    def test_render_marks_eager_timing(self):
+        rep = copy.deepcopy(LAYER_REPORT)
+        rep["cases"][1]["peers"]["humming w4a16"]["layer"]["graph"] = False
+        rep["cases"][1]["peers"]["humming w4a16"]["gemm1"]["graph"] = True
+        md = self.render(rep)["md"]
+        self.assertIn("| 8 | 0.1000 | 0.1500 (1.50x, eager) | unsupported |", md)
+        self.assertIn("| 8 | 0.0400 | 0.0500 (1.25x) | unsupported |", md)
 
     def test_render_reads_non_finite_numbers(self):
         """bench/peers.py writes NaN and infinities as null; fp4moe reads the file and says "not finite"."""
