@@ -52,6 +52,40 @@ TuneKey key_of(const json& e) {
           e.at("k").get<int64_t>(), e.at("experts").get<int64_t>(), e.at("bucket").get<int64_t>()};
 }
 
+json entry_json(const TuneKey& k, const TuneEntry& v) {
+  return {{"family", k.family}, {"format", k.format},      {"n", k.n},
+          {"k", k.k},           {"experts", k.experts},    {"bucket", k.bucket},
+          {"tile", v.tile},     {"stages", v.stages},      {"ms", v.ms},
+          {"default_tile", v.default_tile}, {"default_ms", v.default_ms}};
+}
+
+struct Section {
+  TuneContext context;
+  std::map<TuneKey, TuneEntry> entries;
+};
+
+// Every section of the file, each entry as the tuner writes it (a tile, at
+// least one stage, a positive finite time); throws on a section or entry of
+// any other shape. One definition of a corrupt file: load() trusts none of
+// it, save() replaces it whole rather than carry a bad entry on.
+std::vector<Section> checked_sections(const json& file) {
+  std::vector<Section> out;
+  if (!file.contains("sections")) return out;
+  for (const json& s : file.at("sections")) {
+    Section section{context_of(s.at("context")), {}};
+    for (const json& e : s.at("entries")) {
+      const TuneEntry t{e.at("tile").get<std::string>(), e.at("stages").get<int>(), e.at("ms").get<double>(),
+                        e.value("default_tile", ""), e.value("default_ms", 0.0)};
+      if (t.tile.empty() || t.stages < 1 || !(t.ms > 0) || !std::isfinite(t.ms))
+        throw Error("entry " + key_of(e).str() + " has tile '" + t.tile + "', " + std::to_string(t.stages) +
+                    " stages, " + std::to_string(t.ms) + " ms");
+      section.entries[key_of(e)] = t;
+    }
+    out.push_back(std::move(section));
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t token_bucket(double tokens_per_expert) {
@@ -98,28 +132,21 @@ TuneCache TuneCache::load(const std::string& path, const TuneContext& ctx) {
     c.notice_ = "tune cache " + path + " is corrupt (" + why + "): not used; tuning writes a new one";
     return c;
   }
-  if (!file.contains("sections")) return c;
-  std::vector<std::string> others;
-  std::map<TuneKey, TuneEntry> entries;
+  std::vector<Section> sections;
   try {
-    for (const json& s : file["sections"]) {
-      const TuneContext sc = context_of(s.at("context"));
-      if (!(sc == ctx)) {
-        others.push_back(sc.describe());
-        continue;
-      }
-      for (const json& e : s.at("entries")) {
-        const TuneEntry t{e.at("tile").get<std::string>(), e.at("stages").get<int>(), e.at("ms").get<double>(),
-                          e.value("default_tile", ""), e.value("default_ms", 0.0)};
-        if (t.tile.empty() || t.stages < 1 || !(t.ms > 0) || !std::isfinite(t.ms))
-          throw Error("entry " + key_of(e).str() + " has tile '" + t.tile + "', " + std::to_string(t.stages) +
-                      " stages, " + std::to_string(t.ms) + " ms");
-        entries[key_of(e)] = t;
-      }
-    }
+    sections = checked_sections(file);
   } catch (const std::exception& e) {  // a section or entry of another shape: the whole file is suspect
     c.notice_ = "tune cache " + path + " is corrupt (" + e.what() + "): not used; tuning writes a new one";
     return c;
+  }
+  std::vector<std::string> others;
+  std::map<TuneKey, TuneEntry> entries;
+  for (const Section& s : sections) {
+    if (!(s.context == ctx)) {
+      others.push_back(s.context.describe());
+      continue;
+    }
+    for (const auto& [k, v] : s.entries) entries[k] = v;
   }
   c.entries_ = std::move(entries);
   if (c.entries_.empty() && !others.empty()) {
@@ -140,32 +167,29 @@ void TuneCache::put(const TuneKey& key, const TuneEntry& entry) { entries_[key] 
 
 void TuneCache::save() const {
   std::string why;
-  json file = read_file(path_, why);  // a corrupt file is replaced, not merged
-  if (!file.contains("sections")) file = {{"format", kFileVersion}, {"sections", json::array()}};
-  json* mine = nullptr;
+  std::vector<Section> sections;
   try {
-    for (json& s : file["sections"])
-      if (context_of(s.at("context")) == ctx_) mine = &s;
-    if (mine)
-      for (const json& e : (*mine).at("entries")) (void)key_of(e);
-  } catch (const json::exception&) {  // a section of another shape: start the file afresh
-    file = {{"format", kFileVersion}, {"sections", json::array()}};
-    mine = nullptr;
+    sections = checked_sections(read_file(path_, why));
+  } catch (const std::exception&) {  // corrupt, as load() says: replaced whole, not merged
+    sections.clear();
   }
-  if (!mine) {
-    file["sections"].push_back({{"context", context_json(ctx_)}, {"entries", json::array()}});
-    mine = &file["sections"].back();
+  // This context's entries from the file, ours over them, in one section.
+  std::map<TuneKey, TuneEntry> mine;
+  std::vector<Section> kept;
+  for (Section& s : sections) {
+    if (s.context == ctx_)
+      mine.merge(s.entries);
+    else
+      kept.push_back(std::move(s));
   }
-  std::map<TuneKey, json> merged;
-  for (const json& e : (*mine)["entries"]) merged[key_of(e)] = e;
-  for (const auto& [k, v] : entries_)
-    merged[k] = {{"family", k.family}, {"format", k.format},      {"n", k.n},
-                 {"k", k.k},           {"experts", k.experts},    {"bucket", k.bucket},
-                 {"tile", v.tile},     {"stages", v.stages},      {"ms", v.ms},
-                 {"default_tile", v.default_tile}, {"default_ms", v.default_ms}};
-  json entries = json::array();
-  for (auto& [k, v] : merged) entries.push_back(v);
-  (*mine)["entries"] = entries;
+  for (const auto& [k, v] : entries_) mine[k] = v;
+  kept.push_back({ctx_, std::move(mine)});
+  json file = {{"format", kFileVersion}, {"sections", json::array()}};
+  for (const Section& s : kept) {
+    json entries = json::array();
+    for (const auto& [k, v] : s.entries) entries.push_back(entry_json(k, v));
+    file["sections"].push_back({{"context", context_json(s.context)}, {"entries", entries}});
+  }
 
   const std::filesystem::path target(path_);
   if (target.has_parent_path()) {

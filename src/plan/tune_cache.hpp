@@ -48,8 +48,9 @@ class TuneCache {
 
   // Loads `path` for `ctx`. A missing file is an empty cache; a file without a
   // section for `ctx` is an empty cache with `notice()` saying why; so is a
-  // corrupt file (unparseable, cut short, another schema, an entry without a
-  // tile or with no stages or time): never trusted, and replaced by save().
+  // corrupt file (unparseable, cut short, another schema, an entry of any
+  // section without a tile or with no stages or time): never trusted, and
+  // replaced by save().
   static TuneCache load(const std::string& path, const TuneContext& ctx);
 
   std::optional<TuneEntry> find(const TuneKey& key) const;
@@ -60,7 +61,7 @@ class TuneCache {
 
   // Re-reads the file, merges this context's entries into it (ours win), keeps
   // every other section, and replaces the file atomically (temp file + rename);
-  // a corrupt file is replaced whole.
+  // a file load() would call corrupt is replaced whole.
   void save() const;
 
  private:

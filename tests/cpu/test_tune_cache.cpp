@@ -104,6 +104,45 @@ TEST(TuneCache, CorruptFileIsNeverTrustedAndSaveReplacesIt) {
   std::filesystem::remove(path);
 }
 
+// save() reads the file with load()'s own checks: an entry load() would call
+// corrupt, in any section, is never merged into the new file, which would
+// then be corrupt again and lose the entries just tuned.
+TEST(TuneCache, SaveReplacesAFileWithABadEntryInAnySection) {
+  const std::string path = temp_path("fp4moe-tune-bad-entry");
+  const TuneKey good{"grouped swiglu", "nvfp4", 4096, 6144, 256, 8}, bad{"grouped swiglu", "nvfp4", 4096, 6144, 256, 16},
+      ours{"grouped store", "nvfp4", 6144, 2048, 256, 8};
+  TuneContext other = h200();
+  other.gpu = "NVIDIA B200";
+  for (const TuneContext& holder : {h200(), other}) {
+    std::filesystem::remove(path);
+    {
+      TuneCache c = TuneCache::load(path, holder);
+      c.put(good, {"bm64_nt8_bk128_mt1_c3", 3, 0.9, "", 0});
+      c.put(bad, {"bm64_nt8_bk128_mt1_c3", 3, 0.7, "", 0});
+      c.save();
+    }
+    std::string text;
+    {
+      std::ifstream f(path);
+      text.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    text.replace(text.find("0.7"), 3, "-1.0");  // the bad key's time
+    std::ofstream(path) << text;
+    TuneCache c = TuneCache::load(path, h200());
+    EXPECT_EQ(c.size(), 0u) << holder.gpu;
+    EXPECT_NE(c.notice().find("corrupt"), std::string::npos) << c.notice();
+    EXPECT_NE(c.notice().find("bucket 16"), std::string::npos) << c.notice();
+    c.put(ours, {"bm128_nt16_bk256_mt1_c2", 3, 0.3, "", 0});
+    c.save();
+    const TuneCache again = TuneCache::load(path, h200());
+    EXPECT_EQ(again.notice(), "") << holder.gpu;
+    EXPECT_EQ(again.size(), 1u) << holder.gpu;
+    EXPECT_TRUE(again.find(ours)) << holder.gpu;
+    EXPECT_EQ(TuneCache::load(path, other).size(), 0u) << "the corrupt file went whole";
+  }
+  std::filesystem::remove(path);
+}
+
 TEST(TuneCache, DefaultPathFollowsTheEnvironment) {
   EXPECT_EQ(TuneCache::default_path("/x/y.json"), "/x/y.json");
   ::setenv("FP4MOE_CACHE", "/tmp/from-env.json", 1);
