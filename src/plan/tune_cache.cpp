@@ -157,13 +157,34 @@ TuneCache TuneCache::load(const std::string& path, const TuneContext& ctx) {
   return c;
 }
 
+TuneCache::TuneCache(const TuneCache& other) {
+  const std::lock_guard<std::mutex> lock(other.mutex_);
+  path_ = other.path_, notice_ = other.notice_, ctx_ = other.ctx_, entries_ = other.entries_;
+}
+
+TuneCache& TuneCache::operator=(const TuneCache& other) {
+  if (this == &other) return *this;
+  const std::scoped_lock lock(mutex_, other.mutex_);
+  path_ = other.path_, notice_ = other.notice_, ctx_ = other.ctx_, entries_ = other.entries_;
+  return *this;
+}
+
 std::optional<TuneEntry> TuneCache::find(const TuneKey& key) const {
+  const std::lock_guard<std::mutex> lock(mutex_);
   const auto it = entries_.find(key);
   if (it == entries_.end()) return std::nullopt;
   return it->second;
 }
 
-void TuneCache::put(const TuneKey& key, const TuneEntry& entry) { entries_[key] = entry; }
+void TuneCache::put(const TuneKey& key, const TuneEntry& entry) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  entries_[key] = entry;
+}
+
+size_t TuneCache::size() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return entries_.size();
+}
 
 void TuneCache::save() const {
   std::string why;
@@ -182,7 +203,10 @@ void TuneCache::save() const {
     else
       kept.push_back(std::move(s));
   }
-  for (const auto& [k, v] : entries_) mine[k] = v;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);  // the file's I/O stays outside it
+    for (const auto& [k, v] : entries_) mine[k] = v;
+  }
   kept.push_back({ctx_, std::move(mine)});
   json file = {{"format", kFileVersion}, {"sections", json::array()}};
   for (const Section& s : kept) {

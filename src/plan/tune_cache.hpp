@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,8 +41,16 @@ struct TuneEntry {
   double default_ms = 0;
 };
 
+// find(), put(), size() and save() may run on any threads at once: a layer
+// plans a forward (find) on one thread while tune() measures and puts on
+// another. The path, context and notice are fixed by load().
 class TuneCache {
  public:
+  TuneCache() = default;
+  // A copy takes the other's entries under its lock, with a mutex of its own.
+  TuneCache(const TuneCache& other);
+  TuneCache& operator=(const TuneCache& other);
+
   // The file's path: `explicit_path`, else $FP4MOE_CACHE, else
   // $XDG_CACHE_HOME/fp4moe/tune.json, else $HOME/.cache/fp4moe/tune.json.
   static std::string default_path(const std::string& explicit_path = "");
@@ -55,7 +64,7 @@ class TuneCache {
 
   std::optional<TuneEntry> find(const TuneKey& key) const;
   void put(const TuneKey& key, const TuneEntry& entry);
-  size_t size() const { return entries_.size(); }
+  size_t size() const;
   const std::string& notice() const { return notice_; }
   const std::string& path() const { return path_; }
 
@@ -67,6 +76,7 @@ class TuneCache {
  private:
   std::string path_, notice_;
   TuneContext ctx_;
+  mutable std::mutex mutex_;  // guards entries_
   std::map<TuneKey, TuneEntry> entries_;
 };
 

@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "fp4moe/error.hpp"
 #include "fp4moe/version.hpp"
@@ -140,6 +143,39 @@ TEST(TuneCache, SaveReplacesAFileWithABadEntryInAnySection) {
     EXPECT_TRUE(again.find(ours)) << holder.gpu;
     EXPECT_EQ(TuneCache::load(path, other).size(), 0u) << "the corrupt file went whole";
   }
+  std::filesystem::remove(path);
+}
+
+// A layer plans forwards (find) while tune() puts and saves on another
+// thread. Run under ThreadSanitizer by scripts/test-sanitizers.sh.
+TEST(TuneCache, FindPutAndSaveFromManyThreads) {
+  const std::string path = temp_path("fp4moe-tune-threads");
+  std::filesystem::remove(path);
+  TuneCache c = TuneCache::load(path, h200());
+  constexpr int kWriters = 4, kKeys = 64;
+  auto key = [](int i) { return TuneKey{"grouped swiglu", "nvfp4", 4096, 6144, 256, int64_t(i + 1)}; };
+  std::atomic<int> writing{kWriters};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w)
+    threads.emplace_back([&, w] {
+      for (int i = w; i < kKeys; i += kWriters) c.put(key(i), {"bm64_nt8_bk128_mt1_c3", 3, 0.5 + i, "", 0});
+      --writing;
+    });
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&] {
+      while (writing.load() > 0)
+        for (int i = 0; i < kKeys; ++i) {
+          const auto e = c.find(key(i));
+          ASSERT_TRUE(!e || e->ms == 0.5 + i) << "a torn entry for bucket " << i + 1;
+        }
+    });
+  threads.emplace_back([&] {
+    while (writing.load() > 0) c.save(), (void)c.size();
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(c.size(), size_t(kKeys));
+  c.save();
+  EXPECT_EQ(TuneCache::load(path, h200()).size(), size_t(kKeys));
   std::filesystem::remove(path);
 }
 
