@@ -18,10 +18,10 @@ CublasGroupedPeer::CublasGroupedPeer(int64_t experts, const std::vector<Shape>& 
     : stream_(stream), shapes_(shapes) {
   FP4MOE_CHECK(experts >= 1 && !shapes.empty() && max_rows >= 1,
                "cuBLAS peer: " << experts << " experts, " << shapes.size() << " shapes, " << max_rows << " rows");
-  FP4MOE_CUBLAS_CHECK(cublasCreate(&handle_));
-  FP4MOE_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+  handle_ = cublas_create<CublasHandle>("cublasCreate", cublasCreate);
+  FP4MOE_CUBLAS_CHECK(cublasSetStream(handle_.get(), stream));
   workspace_.resize(size_t(32) << 20);  // a fixed workspace keeps cuBLAS graph-capture safe
-  FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.get(), workspace_.bytes()));
+  FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(handle_.get(), workspace_.get(), workspace_.bytes()));
   int64_t max_n = 0, max_k = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     weights_.emplace_back(size_t(experts * shapes[i].n * shapes[i].k));
@@ -32,10 +32,6 @@ CublasGroupedPeer::CublasGroupedPeer(int64_t experts, const std::vector<Shape>& 
   x_.resize(size_t(max_rows * max_k));
   y_.resize(size_t(max_rows * max_n));
   fill_random_bf16(x_.get(), int64_t(x_.size()), 30, 1.f, stream);
-}
-
-CublasGroupedPeer::~CublasGroupedPeer() {
-  if (handle_) cublasDestroy(handle_);
 }
 
 TimingStats CublasGroupedPeer::time(size_t shape, const std::vector<std::vector<int32_t>>& routings, int reps,
@@ -53,7 +49,7 @@ TimingStats CublasGroupedPeer::time(size_t shape, const std::vector<std::vector<
       for (size_t e = 0; e < counts->size(); ++e) {
         const int32_t rows = (*counts)[e];
         if (!rows) continue;
-        FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), rows, int(k), &alpha,
+        FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, int(n), rows, int(k), &alpha,
                                          w + int64_t(e) * n * k, CUDA_R_16BF, int(k), x_.get() + row * k, CUDA_R_16BF,
                                          int(k), &beta, y_.get() + row * n, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
                                          CUBLAS_GEMM_DEFAULT));

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "measure/cublas_handles.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/timing.hpp"
 
@@ -20,7 +21,6 @@ class CublasGroupedPeer {
   };
   // Weights for every shape, activations and outputs for up to max_rows rows.
   CublasGroupedPeer(int64_t experts, const std::vector<Shape>& shapes, int64_t max_rows, cudaStream_t stream);
-  ~CublasGroupedPeer();
   CublasGroupedPeer(const CublasGroupedPeer&) = delete;
   CublasGroupedPeer& operator=(const CublasGroupedPeer&) = delete;
 
@@ -36,11 +36,11 @@ class CublasGroupedPeer {
 
  private:
   cudaStream_t stream_;
-  cublasHandle_t handle_ = nullptr;
   std::vector<Shape> shapes_;
   DeviceBuffer<uint8_t> workspace_;
   std::vector<DeviceBuffer<__nv_bfloat16>> weights_;
   DeviceBuffer<__nv_bfloat16> x_, y_;
+  CublasHandle handle_;  // declared last: destroyed before the workspace it was given
 };
 
 }  // namespace fp4moe

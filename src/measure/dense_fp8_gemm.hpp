@@ -10,6 +10,7 @@
 
 #include "common/cuda_check.hpp"
 #include "fp4moe/error.hpp"
+#include "measure/cublas_handles.hpp"
 #include "runtime/cublas_check.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/random_fill.hpp"
@@ -22,37 +23,36 @@ class DenseFp8Gemm {
       : n_(n), stream_(stream), a_(size_t(n * n)), b_(size_t(n * n)), c_(size_t(n * n)), workspace_(kWorkspace) {
     fill_random_bytes(a_.get(), n * n, 4, 0x00, 0x77, stream);
     fill_random_bytes(b_.get(), n * n, 5, 0x80, 0xF7, stream);
-    FP4MOE_CUBLAS_CHECK(cublasLtCreate(&lt_));
-    FP4MOE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    lt_ = cublas_create<CublasLtHandle>("cublasLtCreate", cublasLtCreate);
+    desc_ = cublas_create<CublasLtMatmulDesc>("cublasLtMatmulDescCreate", cublasLtMatmulDescCreate, CUBLAS_COMPUTE_32F,
+                                              CUDA_R_32F);
     const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
-    FP4MOE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
-    FP4MOE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof(nt)));
+    FP4MOE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_.get(), CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
+    FP4MOE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_.get(), CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof(nt)));
     const auto u = uint64_t(n);
-    FP4MOE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la_, CUDA_R_8F_E4M3, u, u, int64_t(n)));
-    FP4MOE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb_, CUDA_R_8F_E4M3, u, u, int64_t(n)));
-    FP4MOE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc_, CUDA_R_16BF, u, u, int64_t(n)));
-    cublasLtMatmulPreference_t pref;
-    FP4MOE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    auto layout = [&](cudaDataType_t type) {
+      return cublas_create<CublasLtLayout>("cublasLtMatrixLayoutCreate", cublasLtMatrixLayoutCreate, type, u, u,
+                                           int64_t(n));
+    };
+    la_ = layout(CUDA_R_8F_E4M3);
+    lb_ = layout(CUDA_R_8F_E4M3);
+    lc_ = layout(CUDA_R_16BF);
+    const auto pref = cublas_create<CublasLtPreference>("cublasLtMatmulPreferenceCreate", cublasLtMatmulPreferenceCreate);
     const size_t ws = kWorkspace;
     FP4MOE_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+        cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, desc_, la_, lb_, lc_, lc_, pref, 1, &algo_, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    FP4MOE_CUBLAS_CHECK(st);
+    FP4MOE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_.get(), desc_.get(), la_.get(), lb_.get(), lc_.get(),
+                                                       lc_.get(), pref.get(), 1, &algo_, &found));
     FP4MOE_CHECK(found > 0, "cuBLASLt has no FP8 e4m3 GEMM for " << n << "^3 on this device");
-  }
-  ~DenseFp8Gemm() {
-    cublasLtMatrixLayoutDestroy(la_), cublasLtMatrixLayoutDestroy(lb_), cublasLtMatrixLayoutDestroy(lc_);
-    cublasLtMatmulDescDestroy(desc_);
-    cublasLtDestroy(lt_);
   }
   DenseFp8Gemm(const DenseFp8Gemm&) = delete;
   DenseFp8Gemm& operator=(const DenseFp8Gemm&) = delete;
   void run() const {
     const float alpha = 1.f, beta = 0.f;
-    FP4MOE_CUBLAS_CHECK(cublasLtMatmul(lt_, desc_, &alpha, a_.get(), la_, b_.get(), lb_, &beta, c_.get(), lc_, c_.get(),
-                                       lc_, &algo_.algo, workspace_.get(), kWorkspace, stream_));
+    FP4MOE_CUBLAS_CHECK(cublasLtMatmul(lt_.get(), desc_.get(), &alpha, a_.get(), la_.get(), b_.get(), lb_.get(), &beta,
+                                       c_.get(), lc_.get(), c_.get(), lc_.get(), &algo_.algo, workspace_.get(),
+                                       kWorkspace, stream_));
   }
   double flops() const { return 2.0 * double(n_) * double(n_) * double(n_); }
   // Bytes one run moves at least: A and B read (1 byte each), C written (bf16).
@@ -65,9 +65,10 @@ class DenseFp8Gemm {
   DeviceBuffer<uint8_t> a_, b_;
   DeviceBuffer<__nv_bfloat16> c_;
   DeviceBuffer<uint8_t> workspace_;
-  cublasLtHandle_t lt_ = nullptr;
-  cublasLtMatmulDesc_t desc_ = nullptr;
-  cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr;
+  // Declared handle first: the descriptors and layouts are destroyed before it.
+  CublasLtHandle lt_;
+  CublasLtMatmulDesc desc_;
+  CublasLtLayout la_, lb_, lc_;
   cublasLtMatmulHeuristicResult_t algo_{};
 };
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/cuda_check.hpp"
+#include "measure/cublas_handles.hpp"
 #include "runtime/cublas_check.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/random_fill.hpp"
@@ -18,16 +19,15 @@ class DenseGemm {
   DenseGemm(int64_t n, cudaStream_t stream) : n_(n), a_(size_t(n * n)), b_(size_t(n * n)), c_(size_t(n * n)) {
     fill_random_bf16(a_.get(), n * n, 2, 1.f, stream);
     fill_random_bf16(b_.get(), n * n, 3, 1.f, stream);
-    FP4MOE_CUBLAS_CHECK(cublasCreate(&handle_));
-    FP4MOE_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+    handle_ = cublas_create<CublasHandle>("cublasCreate", cublasCreate);
+    FP4MOE_CUBLAS_CHECK(cublasSetStream(handle_.get(), stream));
   }
-  ~DenseGemm() { cublasDestroy(handle_); }
   DenseGemm(const DenseGemm&) = delete;
   DenseGemm& operator=(const DenseGemm&) = delete;
   void run() const {
     const float alpha = 1.f, beta = 0.f;
     const int n = int(n_);
-    FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a_.get(), CUDA_R_16BF, n, b_.get(),
+    FP4MOE_CUBLAS_CHECK(cublasGemmEx(handle_.get(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a_.get(), CUDA_R_16BF, n, b_.get(),
                                      CUDA_R_16BF, n, &beta, c_.get(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
                                      CUBLAS_GEMM_DEFAULT));
   }
@@ -39,7 +39,7 @@ class DenseGemm {
  private:
   int64_t n_;
   DeviceBuffer<__nv_bfloat16> a_, b_, c_;
-  cublasHandle_t handle_ = nullptr;
+  CublasHandle handle_;
 };
 
 struct OwnedStream {
