@@ -2,7 +2,8 @@
 // value under the lock the first time it is asked for (a second asker waits
 // for that one) and hands out shared ownership, so clear() never frees a
 // value a caller still holds (a forward queued on one thread while another
-// re-tunes keeps its plan alive).
+// re-tunes keeps its plan alive). A make() that throws leaves no entry: the
+// error reaches its caller and the next get() of the key makes it afresh.
 #pragma once
 #include <map>
 #include <memory>
@@ -16,8 +17,9 @@ class ConcurrentMemo {
   template <class Make>
   std::shared_ptr<const Value> get(const Key& key, Make&& make) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    std::shared_ptr<const Value>& v = values_[key];
-    if (!v) v = std::make_shared<const Value>(make(key));
+    if (const auto it = values_.find(key); it != values_.end()) return it->second;
+    auto v = std::make_shared<const Value>(make(key));
+    values_.emplace(key, v);
     return v;
   }
   // Forgets every value; the ones handed out live on with their holders.

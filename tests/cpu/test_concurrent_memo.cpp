@@ -1,9 +1,11 @@
 // ConcurrentMemo (the layer's plan cache) from many threads: each value made
-// once, every caller sees the same one, and values handed out survive clear().
+// once, every caller sees the same one, values handed out survive clear(),
+// and a failed make leaves nothing behind.
 // Run under ThreadSanitizer by scripts/test-sanitizers.sh.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -63,6 +65,25 @@ TEST(ConcurrentMemo, ValuesHeldOutliveClearFromAnotherThread) {
   for (auto& th : users) th.join();
   stop = true;
   clearer.join();
+}
+
+// A make() that throws (a plan that does not fit) leaves the key as it was:
+// the caller gets the error, size() does not count it, the next get() retries.
+TEST(ConcurrentMemo, AFailedMakeIsNotKeptAndTheNextGetRetries) {
+  ConcurrentMemo<int, Made> memo;
+  int calls = 0;
+  auto make = [&](int k) {
+    if (++calls == 1) throw std::runtime_error("no plan fits");
+    return Made{k, std::vector<int>(4, k)};
+  };
+  EXPECT_THROW(memo.get(3, make), std::runtime_error);
+  EXPECT_EQ(memo.size(), 0u);
+  const auto v = memo.get(3, make);
+  EXPECT_EQ(v->key, 3);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(memo.get(3, make), v) << "made once it succeeded";
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(memo.size(), 1u);
 }
 
 }  // namespace
