@@ -3,13 +3,18 @@
 // the engines of bench/peers.py, on this run's weights, hidden states and logits,
 // when their Python packages are present); JSON, CSV, a Markdown table and an
 // SVG chart. Without a GPU: the planner and the CPU reference.
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/core.h>
@@ -64,6 +69,45 @@ struct BenchOptions {
 };
 
 void write_file(const fs::path& p, const std::string& text) { io::write_file_atomically(p.string(), text); }
+
+// Removes a file when it goes out of scope, on a throw too (the peers' inputs
+// are gigabytes in the temporary directory).
+struct RemovedOnExit {
+  fs::path path;
+  explicit RemovedOnExit(fs::path p) : path(std::move(p)) {}
+  RemovedOnExit(const RemovedOnExit&) = delete;
+  RemovedOnExit& operator=(const RemovedOnExit&) = delete;
+  ~RemovedOnExit() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove(path, ec);
+  }
+};
+
+// A word as a POSIX shell reads it back: quoted unless plainly safe (for the log).
+std::string shell_word(const std::string& w) {
+  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=/.,:@%") ==
+                        std::string::npos)
+    return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs argv[0], found on PATH, with argv as its arguments and no shell between
+// (a path with spaces or quotes reaches it as it is): its exit status, or -1
+// where it could not start or did not exit.
+int run_program(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::fflush(stdout);  // our lines before the child's
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 std::string find_peers_script(const std::string& given) {
   std::vector<std::string> candidates;
@@ -199,19 +243,21 @@ void run_bench(const BenchOptions& o) {
   // The run's inputs for the peers: weights of a full-size model are gigabytes,
   // so beside the temporary files, not in --out, and removed after.
   const fs::path inputs = fs::temp_directory_path() / fmt::format("fp4moe-peer-inputs-{}.safetensors", ::getpid());
+  const RemovedOnExit remove_inputs{script.empty() ? fs::path() : inputs};
   if (!script.empty()) bo.peer_inputs = inputs.string();
   Progress bar("bench");
   json report = run_layer_benchmark(cfg, w, bo, [&](int d, int n, const std::string& what) { bar.update(d, n, what); });
   const fs::path json_path = fs::path(o.out) / "bench.json";
   write_file(json_path, report.dump() + "\n");
   if (!script.empty()) {
-    std::string cmd = "python3 " + script + " --layer-in " + json_path.string() + " --inputs " + inputs.string() +
-                      " --engines " + o.peers + " --out " + json_path.string();
-    if (!o.peers_dir.empty()) cmd += " --peers-dir " + o.peers_dir;
-    fmt::print("peers: {}\n", cmd);
-    const int rc = std::system(cmd.c_str());
-    std::error_code ec;
-    fs::remove(inputs, ec);
+    std::vector<std::string> argv = {"python3",  script,  "--layer-in", json_path.string(),
+                                     "--inputs", inputs.string(), "--engines", o.peers,
+                                     "--out",    json_path.string()};
+    if (!o.peers_dir.empty()) argv.insert(argv.end(), {"--peers-dir", o.peers_dir});
+    std::string shown;
+    for (const std::string& a : argv) shown += (shown.empty() ? "" : " ") + shell_word(a);
+    fmt::print("peers: {}\n", shown);
+    const int rc = run_program(argv);
     if (rc == 0) {
       std::ifstream f(json_path);
       try {
