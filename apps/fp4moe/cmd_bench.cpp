@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +44,15 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// The engines of bench/peers.py (its ENGINES), as --peers names them.
+constexpr std::array<const char*, 3> kPeerEngines = {"torch", "humming", "triton_kernels"};
+
+std::string peer_engines_joined(const char* sep) {
+  std::string s;
+  for (const char* e : kPeerEngines) s += (s.empty() ? "" : sep) + std::string(e);
+  return s;
+}
+
 struct BenchOptions {
   std::string model = "glm5";
   std::vector<int64_t> tokens = {1, 8, 32, 128, 512, 1024, 2048};
@@ -54,7 +65,7 @@ struct BenchOptions {
   int64_t feature_granule = 0;
   bool no_split_k = false;
   bool no_peers = false;
-  std::string peers = "torch,humming,triton_kernels";
+  std::string peers = peer_engines_joined(",");
   std::string peers_dir;  // where scripts/fetch-peers.sh left the peer engines (bench/peers.py's default)
   std::string render;  // re-render the outputs of an earlier run's bench.json
   int64_t experts = 0;       // the model with this many experts (0: its own)
@@ -294,17 +305,18 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-split-k", o.no_split_k, "Never split a GEMM's K loop across CTAs");
   cmd->add_flag("--no-peers", o.no_peers, "Skip the peer engines of bench/peers.py");
-  cmd->add_option("--peers", o.peers, "Peer engines, comma separated: torch, humming, triton_kernels")
+  cmd->add_option("--peers", o.peers, "Peer engines, comma separated: " + peer_engines_joined(", "))
       ->check([](const std::string& v) {
         std::string bad;
         size_t start = 0;
         while (start <= v.size()) {
           const size_t end = std::min(v.find(',', start), v.size());
           const std::string e = v.substr(start, end - start);
-          if (e != "torch" && e != "humming" && e != "triton_kernels") bad += (bad.empty() ? "" : ", ") + ("'" + e + "'");
+          if (std::find(kPeerEngines.begin(), kPeerEngines.end(), e) == kPeerEngines.end())
+            bad += (bad.empty() ? "" : ", ") + ("'" + e + "'");
           start = end + 1;
         }
-        return bad.empty() ? std::string() : "--peers: " + bad + " is not one of torch, humming, triton_kernels";
+        return bad.empty() ? std::string() : bad + " is not one of " + peer_engines_joined(", ");
       })
       ->capture_default_str();
   cmd->add_option("--peers-dir", o.peers_dir, "Where scripts/fetch-peers.sh put the peer engines (default .whl/peers)");

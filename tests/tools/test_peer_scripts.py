@@ -16,7 +16,7 @@ CLI = sys.argv[2] if len(sys.argv) > 2 else None
 PEERS = os.path.join(SRC, "bench", "peers.py")
 sys.path.insert(0, os.path.join(SRC, "bench"))
 from peer_engines.tables import gemm_table, peer_cell  # noqa: E402
-from peers import write_report  # noqa: E402
+from peers import ENGINES as PEER_ENGINES, write_report  # noqa: E402
 
 
 def run(*args, env=None):
@@ -210,6 +210,13 @@ class RenderedByFp4moe(unittest.TestCase):
                 with open(os.path.join(d, "bench." + ext)) as f:
                     out[ext] = f.read()
             return out
+
+    def test_peers_option_names_the_engines_of_peers_py(self):
+        r = subprocess.run([CLI, "bench", "--help"], capture_output=True, text=True)
+        self.assertIn("--peers TEXT=" + ",".join(PEER_ENGINES), r.stdout)
+        r = subprocess.run([CLI, "bench", "--peers", "torch,flashinfer", "--no-peers"], capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("'flashinfer' is not one of " + ", ".join(PEER_ENGINES), r.stdout + r.stderr)
 
     def test_render_peers(self):
         out = self.render(LAYER_REPORT)
