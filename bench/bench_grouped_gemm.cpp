@@ -24,6 +24,8 @@
 
 #include <fmt/core.h>
 
+#include "routed_batch.hpp"
+#include "step_launches.hpp"
 #include "runtime/random_fill.hpp"
 #include "fp4moe/device.hpp"
 #include "fp4moe/reference.hpp"
@@ -42,6 +44,12 @@
 
 using namespace fp4moe;
 using json = nlohmann::json;
+using bench::RoutedBatch;
+using bench::batch_of;
+using bench::random_routing;
+using bench::route_random;
+using bench::enqueue_each;
+using bench::prepare_steps;
 
 namespace {
 
@@ -50,27 +58,6 @@ struct Gemm {
   int64_t n, k;
   bool gathered;  // GEMM1 gathers token rows; GEMM2 reads the permuted rows in order
 };
-
-struct RoutedBatch {
-  int64_t tokens = 0, pairs = 0, active = 0, max_rows = 0;
-  std::vector<int32_t> offsets, gather;  // gather: token of each permuted pair
-  std::vector<int32_t> counts;
-};
-
-// Each routing's GEMM step as the layer's forward plan holds it
-// (runtime/gemm_step.hpp): a gathered GEMM1 on a tile that loads its rows by
-// TMA is two kernels, the row copy and the GEMM, both timed.
-std::vector<GemmStepLaunch> prepare_steps(const ProjectionView& w, const std::vector<GemmOperands>& ops,
-                                          const kernels::GemmLaunch& L, const plan::DeviceLimits& device) {
-  std::vector<GemmStepLaunch> steps;
-  for (const GemmOperands& io : ops) steps.push_back(prepare_gemm_step(w, io, L, device));
-  return steps;
-}
-std::vector<std::function<void()>> enqueue_each(const std::vector<GemmStepLaunch>& steps, cudaStream_t stream) {
-  std::vector<std::function<void()>> launches;
-  for (const GemmStepLaunch& st : steps) launches.push_back([&st, stream] { enqueue_gemm_step(st, stream); });
-  return launches;
-}
 
 // The steps replayed from a CUDA graph, one per routing, back to back (the time is per launch).
 TimingStats time_gemm(const std::vector<GemmStepLaunch>& steps, cudaStream_t stream, int warmup, int reps) {
@@ -84,31 +71,6 @@ SteadyTiming time_gemm_steady(const std::vector<GemmStepLaunch>& steps, cudaStre
                               int idle_ms, bool burst = true) {
   return time_graph_sequence_steady(enqueue_each(steps, stream), stream, warm_seconds, reps, idle_ms, burst ? 10 : 0);
 }
-
-RoutedBatch batch_of(const MoeConfig& cfg, const Routing& r) {
-  const Permutation p = permute_reference(r, cfg.num_experts);
-  RoutedBatch b;
-  b.tokens = r.tokens;
-  b.pairs = r.tokens * cfg.top_k;
-  b.offsets = p.expert_offsets;
-  b.gather.resize(p.permuted_pair.size());
-  for (size_t i = 0; i < p.permuted_pair.size(); ++i) b.gather[i] = int32_t(p.permuted_pair[i] / cfg.top_k);
-  for (int64_t e = 0; e < cfg.num_experts; ++e) {
-    const int32_t c = b.offsets[size_t(e + 1)] - b.offsets[size_t(e)];
-    b.counts.push_back(c);
-    b.active += c > 0;
-    b.max_rows = std::max<int64_t>(b.max_rows, c);
-  }
-  return b;
-}
-
-Routing random_routing(const MoeConfig& cfg, int64_t T, uint64_t seed) {
-  const std::vector<float> logits = gaussian_logits(T, cfg.num_experts, seed);
-  // Uniform random top-k: i.i.d. logits and a zero correction bias.
-  const std::vector<float> bias(size_t(cfg.num_experts), 0.f);
-  return route_reference(cfg, logits.data(), T, cfg.use_correction_bias ? bias : std::vector<float>{});
-}
-RoutedBatch route_random(const MoeConfig& cfg, int64_t T, uint64_t seed) { return batch_of(cfg, random_routing(cfg, T, seed)); }
 
 // The random routing with its experts renumbered by rows: the kernels walk
 // experts in id order, so these time the same work in another order (the

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|layer|gpt-oss|host|parallel|modelopt|sanitize|all]
-#   (bench: GEMM tiles at decode and prefill sizes and the K loop's wgmma rate; decode, prefill: those sizes only;
+#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|w4a8|layer|gpt-oss|host|parallel|modelopt|sanitize|all]
+#   (bench: GEMM tiles at decode and prefill sizes, the K loop's wgmma rate and W4A8 against W4A16; decode,
+#    prefill: those sizes only; w4a8: the GEMM steps with e4m3 activations against bf16, interleaved (bench_w4a8_gemm,
+#    W4A8_TOKENS to choose T, W4A8_MODELS the presets);
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
 #    gpt-oss: fp4moe bench --model gpt-oss-120b (untuned; GPT_OSS_TOKENS to choose T; GLM5_TOKENS for layer);
 #    both beside the peer engines of bench/peers.py (scripts/fetch-peers.sh puts them in .whl/peers);
@@ -22,8 +24,8 @@ OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
 WHAT=${1:-all}
 case "$WHAT" in
-  tests|python|bench|decode|prefill|rate|layer|gpt-oss|host|parallel|modelopt|sanitize|all) ;;
-  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, layer, gpt-oss, host, parallel, modelopt, sanitize, all" >&2; exit 2 ;;
+  tests|python|bench|decode|prefill|rate|w4a8|layer|gpt-oss|host|parallel|modelopt|sanitize|all) ;;
+  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, w4a8, layer, gpt-oss, host, parallel, modelopt, sanitize, all" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 # cuBLAS and NCCL from PyTorch's wheels where the system has none on the loader's path
@@ -105,6 +107,13 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = decode ] || [ "$WHAT" = prefill ] || [ "$W
       done
     fi
   fi
+fi
+if [ "$WHAT" = w4a8 ] || [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
+  start=$(date +%s)
+  "$BIN/bench_w4a8_gemm" ${W4A8_TOKENS:+--tokens $W4A8_TOKENS} ${W4A8_MODELS:+--models $W4A8_MODELS} \
+    --out "$OUT/bench_w4a8_gemm.json" 2>&1 | tee "$OUT/bench_w4a8_gemm.log"
+  summary+=("bench_w4a8_gemm: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s")
+  summary+=("$(grep -E 'gemm[12] ' "$OUT/bench_w4a8_gemm.log" | awk '{printf "%s %s T=%s %s; ", $1, $2, $3, $NF}')")
 fi
 if [ "$WHAT" = rate ] || [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   # the decode K loop's math alone (wgmma and dequantization, no loads) by token width

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "fp4moe/error.hpp"
-#include "format/fp8_fragment.hpp"
 #include "fp4moe/format.hpp"
 
 namespace fp4moe {
@@ -36,15 +35,6 @@ Fp8Rows quantize_rows_e4m3(const float* x, int64_t rows, int64_t cols, int64_t g
       for (int64_t c = c0; c < c1; ++c) q.codes[size_t(r * cols + c)] = e4m3_encode(x[r * cols + c] / scale);
     }
   return q;
-}
-
-std::vector<uint8_t> fp8_rows_in_mma_order(const Fp8Rows& q) {
-  FP4MOE_CHECK(q.cols % 16 == 0, "fp8_rows_in_mma_order: " << q.cols << " columns are not a multiple of 16");
-  std::vector<uint8_t> out(q.codes.size());
-  for (int64_t r = 0; r < q.rows; ++r)
-    for (int64_t c = 0; c < q.cols; ++c)
-      out[size_t(r * q.cols + c / 16 * 16 + fp8_k_position(int(c % 16)))] = q.codes[size_t(r * q.cols + c)];
-  return out;
 }
 
 }  // namespace fp4moe

@@ -20,9 +20,4 @@ struct Fp8Rows {
 // x [rows, cols] fp32; group 0 or positive. Non-finite input is an error naming its place.
 Fp8Rows quantize_rows_e4m3(const float* x, int64_t rows, int64_t cols, int64_t group);
 
-// The codes in the order the FP8 K loop reads them (format/fp8_fragment.hpp):
-// each 16-wide group of K permuted, position fp8_k_position(k) holding k.
-// cols must be a multiple of 16.
-std::vector<uint8_t> fp8_rows_in_mma_order(const Fp8Rows& q);
-
 }  // namespace fp4moe

@@ -1,11 +1,14 @@
-// FP4 weights to bf16 MMA operands in registers: one lane's A fragment of a
-// 16-row group for one k16 step, from its 16-byte weight and scale pieces of
-// the prepared layout (format/gemm_pack.hpp). Both kernels' mainloops use it.
+// FP4 weights to MMA operands in registers: one lane's A fragment of a
+// 16-row group for one k16 step (bf16), from its 16-byte weight and scale
+// pieces of the prepared layout (format/gemm_pack.hpp), which both kernels'
+// mainloops use; or for one k32 step (e4m3) from the FP8 layout
+// (format/fp8_fragment.hpp), which the FP8 tiles' mainloop uses.
 #pragma once
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "format/fp8_fragment.hpp"
 #include "format/gemm_pack.hpp"
 
 namespace fp4moe::kernels::detail {
@@ -41,6 +44,22 @@ __device__ __forceinline__ void dequant_fragment(const uint4& wq, const uint4& s
   a[1] = scaled(pat[1], s_hi);
   a[2] = scaled(pat[2], s_lo);
   a[3] = scaled(pat[3], s_hi);
+}
+
+// One lane's e4m3 A fragment for k32 step j (0, 1) of a 64-k granule: words
+// 2j (row r) and 2j + 1 (row r + 8) of its weight piece, each through its
+// row's fold table, whose codes are bytes 0 and 1 of the scale piece's word
+// for the step's first k16 step (step8, even, in the k128 scale granule).
+__device__ __forceinline__ void fp8_fragment(const uint4& wq, const uint4& sq, int j, int step8, uint32_t a[4]) {
+  const uint32_t w_r = j == 0 ? wq.x : wq.z, w_r8 = j == 0 ? wq.y : wq.w;
+  const uint32_t sword = (step8 / 2) == 0 ? sq.x : (step8 / 2) == 1 ? sq.y : (step8 / 2) == 2 ? sq.z : sq.w;
+  uint32_t lo, hi;
+  fp8::fold_table(sword & 0xFFu, lo, hi);
+  a[0] = fp8::low_register(w_r, lo, hi);
+  a[2] = fp8::high_register(w_r, lo, hi);
+  fp8::fold_table((sword >> 8) & 0xFFu, lo, hi);
+  a[1] = fp8::low_register(w_r8, lo, hi);
+  a[3] = fp8::high_register(w_r8, lo, hi);
 }
 
 // The 16-byte weight and scale pieces of `lane` for 64-k granule kk of the

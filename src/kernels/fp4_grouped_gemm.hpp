@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "fp4moe/format.hpp"
+#include "plan/gemm_layout.hpp"
 #include "plan/split_k.hpp"
 
 namespace fp4moe::kernels {
@@ -39,6 +40,18 @@ struct GroupedGemmArgs {
   // Activations and routing, on the device.
   const __nv_bfloat16* x = nullptr;      // [rows, K]: P in order, or the rows gather indexes
   const int32_t* gather = nullptr;       // [P] row of x for permuted row p, or nullptr (identity)
+  // e4m3 activations (the FP8 tiles, docs/fp8.md) in place of x: [P, K]
+  // codes in expert order and each row's scale [P] (the FP8 row copy,
+  // quantize_rows_fp8.hpp); the weights and scales are then the FP8 layout
+  // (format/prepare_fp8.hpp) and weight_row_scale its per-row scales [E][N];
+  // dequant_scale is not read.
+  const uint8_t* x_e4m3 = nullptr;
+  const float* x_scale = nullptr;
+  const float* weight_row_scale = nullptr;
+  // e4m3: the wgmma partial sums are added to fp32 accumulators every this
+  // many K stages (0: once per item; docs/fp8.md, "Accumulation").
+  int fp8_promotion_stages = 1;
+  plan::ActivationType activations() const { return x_e4m3 ? plan::ActivationType::e4m3 : plan::ActivationType::bf16; }
   // P = expert_offsets[E], the permuted rows computed. Warp-specialized tiles
   // need it: they load the rows in expert order by TMA, from x with gather null
   // (a GEMM step's row copy gives them that); they read and write no row at

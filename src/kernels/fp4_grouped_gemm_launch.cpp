@@ -99,9 +99,12 @@ bool is_biased(const GroupedGemmArgs& a) { return a.bias || a.activation != Gemm
 
 // The planner's verdict on a launch; a launch it rejects is an error carrying its explanation.
 plan::GemmTileFit checked_fit(const GemmLaunch& launch, const GroupedGemmArgs& a, const plan::SmemBudget& budget) {
-  const plan::GemmTileFit fit = plan::fit_gemm_tile(launch.tile, a.n, a.k, budget, launch.stages, is_biased(a));
+  const plan::GemmTileFit fit =
+      plan::fit_gemm_tile(launch.tile, a.n, a.k, budget, launch.stages, is_biased(a), a.activations());
   FP4MOE_CHECK(fit.fits, "grouped GEMM: the planner rejects this launch: "
-                             << plan::plan_gemm_tile(launch.tile, a.n, a.k, budget, launch.stages, is_biased(a)).explanation);
+                             << plan::plan_gemm_tile(launch.tile, a.n, a.k, budget, launch.stages, is_biased(a),
+                                                     a.activations())
+                                    .explanation);
   return fit;
 }
 
@@ -148,8 +151,14 @@ void set_k_splits(KernelParams& kp, const GroupedGemmArgs& a, const GemmLaunch& 
 void check_args(const GroupedGemmArgs& a) {
   FP4MOE_CHECK(a.num_experts >= 1 && a.num_experts <= GemmSmemLayout::kMaxExperts,
                "grouped GEMM: num_experts = " << a.num_experts << " is outside 1.." << GemmSmemLayout::kMaxExperts);
-  FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.x && a.expert_offsets,
-               "grouped GEMM: a device pointer is null (weights, scales, dequant_scale, x and expert_offsets are required)");
+  if (a.activations() == plan::ActivationType::e4m3) {
+    FP4MOE_CHECK(a.weights && a.scales && a.weight_row_scale && a.x_scale && a.expert_offsets && !a.x && !a.gather,
+                 "grouped GEMM: e4m3 activations need weights, scales, weight_row_scale, x_scale and expert_offsets, "
+                 "and the rows in expert order (x and gather null)");
+  } else {
+    FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.x && a.expert_offsets,
+                 "grouped GEMM: a device pointer is null (weights, scales, dequant_scale, x and expert_offsets are required)");
+  }
   FP4MOE_CHECK(a.scale_parts == 1 || a.scale_parts == 2, "grouped GEMM: scale_parts = " << a.scale_parts << " is not 1 or 2");
   if (a.epilogue == GemmEpilogue::scatter_add) {
     FP4MOE_CHECK(a.accumulate && a.permuted_pair && a.topk_weights && a.top_k >= 1,
@@ -159,6 +168,8 @@ void check_args(const GroupedGemmArgs& a) {
   } else {
     FP4MOE_CHECK(a.y, "grouped GEMM: y is null");
   }
+  FP4MOE_CHECK(a.fp8_promotion_stages >= 0,
+               "grouped GEMM: fp8_promotion_stages = " << a.fp8_promotion_stages << " is negative");
   FP4MOE_CHECK(a.permuted_rows >= 0, "grouped GEMM: permuted_rows = " << a.permuted_rows << " is negative");
   if (a.epilogue == GemmEpilogue::swiglu)
     FP4MOE_CHECK(a.n % 32 == 0, "grouped GEMM: SwiGLU needs N = " << a.n << " to be a multiple of 32 (16 gate + 16 up rows)");
@@ -197,6 +208,9 @@ KernelParams kernel_params(const GroupedGemmArgs& a, const GemmLaunch& launch, i
           .split_slots = 0,
           .split_partials = nullptr,
           .split_counters = nullptr,
+          .x_scale = a.x_scale,
+          .row_scale = a.weight_row_scale,
+          .fp8_promotion_stages = a.fp8_promotion_stages,
           .bias = a.bias,
           .clamped_swiglu = a.activation == GemmActivation::clamped_swiglu,
           .swiglu_limit = a.swiglu_limit,
@@ -246,10 +260,11 @@ PreparedGemm prepare_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& la
                                                     "first (a GEMM step's row copy)");
     g.maps.weights = weight_tensor_map(a.weights, a.num_experts, a.n, a.k, tile);
     g.maps.scales = scale_tensor_map(a.scales, a.num_experts, a.n, a.k, tile);
-    g.maps.x = activation_tensor_map(a.x, a.permuted_rows, a.k, tile.nt);
+    const void* x = tile.fp8() ? static_cast<const void*>(a.x_e4m3) : a.x;
+    g.maps.x = activation_tensor_map(x, a.permuted_rows, a.k, tile.nt, tile.activations);
     if (tile.narrows_k_loop())  // an item narrower than nt copies its rows in boxes of 8 << j
       for (int j = 0; j < detail::kRowBoxMaps && (8 << j) < tile.nt; ++j)
-        g.maps.x_rows[j] = activation_tensor_map(a.x, a.permuted_rows, a.k, 8 << j);
+        g.maps.x_rows[j] = activation_tensor_map(x, a.permuted_rows, a.k, 8 << j, tile.activations);
     set_k_splits(g.params, a, launch, g.k_split.splits);
     // (only where the launch may overlap its predecessor: without dependent
     // launch nothing is gained, and isolated launches measured slower with it)
@@ -266,6 +281,8 @@ void enqueue_grouped_gemm(const PreparedGemm& g, cudaStream_t stream) {
 
 void rebind_activations(PreparedGemm& g, const __nv_bfloat16* x) {
   FP4MOE_CHECK(x, "grouped GEMM: the activations x are null");
+  FP4MOE_CHECK(!plan::kGemmTiles[g.tile].fp8(), "grouped GEMM: tile " << plan::gemm_tile_name(g.tile)
+                                                                      << " reads e4m3 rows; bf16 x cannot be bound to it");
   g.params.x = x;
   if (!plan::kGemmTiles[g.tile].warp_specialized) return;
   replace_tensor_map_address(g.maps.x, x);

@@ -17,9 +17,10 @@ namespace fp4moe::kernels {
 detail::KernelFn ws_kernel(int tile, detail::EpilogueInstance e);
 detail::KernelFn all_warps_kernel(int tile, detail::EpilogueInstance e);
 
-// x [rows, k] bf16, boxes of 64 k x nt rows in the 128-byte-swizzled layout a
-// wgmma descriptor reads; rows past the end read as zeros.
-CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t k, int nt);
+// x [rows, k] of `type` (bf16 or e4m3), boxes of one 128-byte atom (64 or 128
+// k) x nt rows in the 128-byte-swizzled layout a wgmma descriptor reads; rows
+// past the end read as zeros.
+CUtensorMap activation_tensor_map(const void* x, int64_t rows, int64_t k, int nt, plan::ActivationType type);
 
 // Prepared weights [E][N/16][K/64][512 bytes] as bytes {256, K/32, E N/16}: one
 // box {256, bk/32, bm/16} is a stage's [bm/16 row groups][bk/64 granules][512].

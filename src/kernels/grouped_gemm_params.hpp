@@ -37,6 +37,11 @@ struct KernelParams {
   int64_t split_slots;
   float* split_partials;
   int32_t* split_counters;
+  // e4m3 tiles (GroupedGemmArgs::x_e4m3): each permuted row's activation
+  // scale [P] and each weight row's scale [E][N].
+  const float* x_scale;
+  const float* row_scale;
+  int fp8_promotion_stages;  // GroupedGemmArgs::fp8_promotion_stages
   // The biased kernel instances only (GroupedGemmArgs::bias, ::activation).
   const float* bias;
   int clamped_swiglu;

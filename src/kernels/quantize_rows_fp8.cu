@@ -3,8 +3,10 @@
 // value divided by it and rounded to e4m3 (round to nearest even, saturating
 // at 448: cvt.rn.satfinite, as the host's e4m3_encode). IEEE divisions
 // (__fdiv_rn) so the bits equal the host's. Two neighbour lanes hold the two
-// halves of a 16-wide K group; each takes the other's codes (one shuffle) and
-// the even lane stores the group's 16 bytes in MMA order.
+// halves of a 16-byte store; the even lane takes the odd one's codes (one
+// shuffle) and stores both. Non-finite input (the host refuses it): a NaN is
+// ignored by the amax and stays NaN in its place; an Inf makes its row's (or
+// block's) scale Inf, so its finite neighbours become 0 and it NaN.
 #include <cuda_fp8.h>
 
 #include "common/cuda_check.hpp"
@@ -42,17 +44,6 @@ __device__ __forceinline__ uint64_t codes8(const uint4& v, float scale) {
   return out;
 }
 
-// Lane pair (2m, 2m+1) holds K group m's halves a = 0, 1: own code j sits at
-// position 4 (j / 2) + 2a + j % 2. The even lane's 16 bytes of the group.
-__device__ __forceinline__ uint4 mma_order_group(uint64_t own, uint64_t other, bool odd) {
-  const uint64_t lo = odd ? other : own, hi = odd ? own : other;  // the a = 0 and a = 1 halves
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)  // positions 4i..4i+3: lo codes 2i, 2i+1, then hi codes 2i, 2i+1
-    w[i] = uint32_t((lo >> (16 * i)) & 0xFFFF) | uint32_t((hi >> (16 * i)) & 0xFFFF) << 16;
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
 __global__ void __launch_bounds__(256) quantize_rows_fp8_kernel(const uint4* __restrict__ x, const int32_t* __restrict__ rows,
                                                                 int64_t count, int pieces, int out_pieces, int group,
                                                                 uint8_t* __restrict__ codes, float* __restrict__ scales) {
@@ -88,7 +79,8 @@ __global__ void __launch_bounds__(256) quantize_rows_fp8_kernel(const uint4* __r
     }
     const uint64_t own = c < pieces ? codes8(v, scale) : 0;
     const uint64_t other = __shfl_xor_sync(0xFFFFFFFFu, own, 1);
-    if (lane % 2 == 0 && c < out_pieces) dst[c / 2] = mma_order_group(own, other, false);
+    if (lane % 2 == 0 && c < out_pieces)
+      dst[c / 2] = make_uint4(uint32_t(own), uint32_t(own >> 32), uint32_t(other), uint32_t(other >> 32));
   }
 }
 

@@ -1,7 +1,7 @@
 // The FP8 row copy (W4A8, docs/fp8.md): bf16 rows, gathered by an index or
-// in order, to e4m3 codes with fp32 scales, in the order the FP8 K loop reads
-// them (each 16-wide group of K permuted, format/fp8_fragment.hpp). Bitwise
-// equal to quantize_rows_e4m3 then fp8_rows_in_mma_order on the host.
+// in order, to e4m3 codes with fp32 scales, the rows in expert order as the
+// FP8 tiles' tensor copies read them. Bitwise equal to quantize_rows_e4m3 on
+// the host.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -15,7 +15,7 @@ struct QuantizeRowsFp8Args {
   const int32_t* rows = nullptr;     // [count]: out row p is x[rows[p]]; null: x[p]
   int64_t count = 0, cols = 0;       // cols a multiple of 16
   int64_t group = 0;                 // 0: one scale per row; 128: per row and 128 columns
-  uint8_t* codes = nullptr;          // [count, out_cols] e4m3, MMA order; columns past cols are 0
+  uint8_t* codes = nullptr;          // [count, out_cols] e4m3; columns past cols are 0
   int64_t out_cols = 0;              // 0: cols; more: zero padded (a multiple of 16)
   float* scales = nullptr;           // [count, groups]: 1, or ceil(cols / 128)
 };

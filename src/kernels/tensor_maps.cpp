@@ -48,14 +48,17 @@ void replace_tensor_map_address(CUtensorMap& map, const void* base) {
   FP4MOE_CHECK(r == CUDA_SUCCESS, "cuTensorMapReplaceAddress failed (CUresult " << int(r) << ")");
 }
 
-CUtensorMap activation_tensor_map(const __nv_bfloat16* x, int64_t rows, int64_t k, int nt) {
-  FP4MOE_CHECK(k % 64 == 0 && rows > 0,
-               "activation tensor map: x [" << rows << ", " << k << "] needs K a multiple of 64 and at least one row");
+CUtensorMap activation_tensor_map(const void* x, int64_t rows, int64_t k, int nt, plan::ActivationType type) {
+  const bool e4m3 = type == plan::ActivationType::e4m3;
+  const int64_t atom_k = e4m3 ? 128 : 64;  // one 128-byte swizzle row
+  FP4MOE_CHECK(k % atom_k == 0 && rows > 0, "activation tensor map: x [" << rows << ", " << k << "] of "
+                                                << plan::activation_type_name(type) << " needs K a multiple of " << atom_k
+                                                << " and at least one row");
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(nt)};
-  return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
-                      "activations x");
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * (e4m3 ? 1 : 2)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(atom_k), static_cast<cuuint32_t>(nt)};
+  return encode_tiled(e4m3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x, dims, strides, box,
+                      CU_TENSOR_MAP_SWIZZLE_128B, "activations x");
 }
 
 namespace {

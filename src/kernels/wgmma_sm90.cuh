@@ -1,7 +1,8 @@
 // Hopper warpgroup MMA (sm_90a) with the A operand in registers: the
 // dequantized FP4 weights, laid out exactly like mma.sync's m16n8k16 A
-// fragment per warp; B (the tokens' activations) from shared memory in the
-// 128-byte-swizzled K-major layout. Off sm_90a these compile to a trap: the
+// fragment per warp (bf16, k16), or the weights as e4m3 (k32,
+// format/fp8_fragment.hpp); B (the tokens' activations) from shared memory in
+// the 128-byte-swizzled K-major layout. Off sm_90a these compile to a trap: the
 // planner only accepts warpgroup tiles on sm_90.
 #pragma once
 #include <cstdint>
@@ -58,31 +59,46 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
 
-// D[64 x N] += A[64 x 16] (registers, bf16) * B[16 x N] (shared memory, bf16), fp32
-// accumulators, through CuTe's register-A atoms (one instantiation per N).
-template <int N> struct RsAtom;
-template <> struct RsAtom<8> { using type = cute::SM90::GMMA::MMA_64x8x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<16> { using type = cute::SM90::GMMA::MMA_64x16x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<24> { using type = cute::SM90::GMMA::MMA_64x24x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<32> { using type = cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<40> { using type = cute::SM90::GMMA::MMA_64x40x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<48> { using type = cute::SM90::GMMA::MMA_64x48x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<56> { using type = cute::SM90::GMMA::MMA_64x56x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<80> { using type = cute::SM90::GMMA::MMA_64x80x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<64> { using type = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<96> { using type = cute::SM90::GMMA::MMA_64x96x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<112> { using type = cute::SM90::GMMA::MMA_64x112x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<136> { using type = cute::SM90::GMMA::MMA_64x136x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<144> { using type = cute::SM90::GMMA::MMA_64x144x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
-template <> struct RsAtom<128> { using type = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+// D[64 x N] += A[64 x K] (registers) * B[K x N] (shared memory), fp32
+// accumulators, through CuTe's register-A atoms (one instantiation per N):
+// bf16 x bf16 (K = 16) and e4m3 x e4m3 (K = 32).
+template <int N, bool Fp8> struct RsAtom;
+template <> struct RsAtom<8, false> { using type = cute::SM90::GMMA::MMA_64x8x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<16, false> { using type = cute::SM90::GMMA::MMA_64x16x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<24, false> { using type = cute::SM90::GMMA::MMA_64x24x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<32, false> { using type = cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<40, false> { using type = cute::SM90::GMMA::MMA_64x40x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<48, false> { using type = cute::SM90::GMMA::MMA_64x48x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<56, false> { using type = cute::SM90::GMMA::MMA_64x56x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<80, false> { using type = cute::SM90::GMMA::MMA_64x80x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<64, false> { using type = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<96, false> { using type = cute::SM90::GMMA::MMA_64x96x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<112, false> { using type = cute::SM90::GMMA::MMA_64x112x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<136, false> { using type = cute::SM90::GMMA::MMA_64x136x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<144, false> { using type = cute::SM90::GMMA::MMA_64x144x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<128, false> { using type = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>; };
+template <> struct RsAtom<8, true> { using type = cute::SM90::GMMA::MMA_64x8x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<16, true> { using type = cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<24, true> { using type = cute::SM90::GMMA::MMA_64x24x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<32, true> { using type = cute::SM90::GMMA::MMA_64x32x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<40, true> { using type = cute::SM90::GMMA::MMA_64x40x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<48, true> { using type = cute::SM90::GMMA::MMA_64x48x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<56, true> { using type = cute::SM90::GMMA::MMA_64x56x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<64, true> { using type = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<80, true> { using type = cute::SM90::GMMA::MMA_64x80x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<96, true> { using type = cute::SM90::GMMA::MMA_64x96x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<112, true> { using type = cute::SM90::GMMA::MMA_64x112x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<128, true> { using type = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<136, true> { using type = cute::SM90::GMMA::MMA_64x136x32_F32E4M3E4M3_RS_TN<>; };
+template <> struct RsAtom<144, true> { using type = cute::SM90::GMMA::MMA_64x144x32_F32E4M3E4M3_RS_TN<>; };
 
 // accumulate = false: D = A * B (the accumulators' old values are ignored).
-template <int N>
+template <int N, bool Fp8 = false>
 __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate = true) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const auto scale_d = accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero;
   [&]<size_t... I>(std::index_sequence<I...>) {
-    RsAtom<N>::type::fma(a[0], a[1], a[2], a[3], desc_b, d[I]..., scale_d);
+    RsAtom<N, Fp8>::type::fma(a[0], a[1], a[2], a[3], desc_b, d[I]..., scale_d);
   }(std::make_index_sequence<N / 2>{});
 #else
   (void)d, (void)a, (void)desc_b, (void)accumulate;

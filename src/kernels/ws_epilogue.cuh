@@ -1,6 +1,6 @@
 // The warp-specialized kernel's epilogue of one item: each consumer warpgroup
 // stages its m64 blocks' accumulators (times the expert's dequantization
-// scale) in its own part of the staging tile, GemmTile::epilogue_rows() tokens
+// scale; e4m3 tiles: times each row's scale and each token's) in its own part of the staging tile, GemmTile::epilogue_rows() tokens
 // per pass, and writes them (gemm_epilogue.cuh: store, SwiGLU or scatter-add);
 // the producer streams the next item's stages meanwhile, and warpgroups never
 // wait for each other.
@@ -31,7 +31,11 @@ struct WsEpilogue : WsTile<TileIndex> {
     for (int b = 0; b < kMB; ++b) {
       const int group = cg * kMB + b;  // 64-row staging group of the tile
       float* group_epi = epi + group * (L.epilogue_group_bytes() / 4);
-      const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + group * 64 + f);
+      const int64_t row = int64_t(w.ntile) * T.bm + group * 64 + f;
+      // e4m3 tiles: each output row's power of two (and global scale), each token's activation scale
+      float rs[2] = {1.f, 1.f};
+      if constexpr (T.fp8()) rs[0] = p.row_scale[w.expert * p.n + row], rs[1] = p.row_scale[w.expert * p.n + row + 8];
+      const float gs = T.fp8() ? 1.f : dequant_scale_of(p, w.expert, row);
 #pragma unroll
       for (int pass = 0; pass < T.nt / kEpiTokens; ++pass) {
         WorkItem part = w;  // this pass's tokens
@@ -42,7 +46,13 @@ struct WsEpilogue : WsTile<TileIndex> {
 #pragma unroll
         for (int jn = 0; jn < kEpiTokens / 8; ++jn) {
           const int jj = pass * (kEpiTokens / 8) + jn;
-          const float v[4] = {acc[b][jj * 4], acc[b][jj * 4 + 1], acc[b][jj * 4 + 2], acc[b][jj * 4 + 3]};
+          float v[4] = {acc[b][jj * 4], acc[b][jj * 4 + 1], acc[b][jj * 4 + 2], acc[b][jj * 4 + 3]};
+          if constexpr (T.fp8()) {
+            const int tok = jj * 8 + (lane % 4) * 2;  // columns tok, tok + 1 of the item (past its rows: never stored)
+            const float xs0 = tok < w.rows ? p.x_scale[w.row0 + tok] : 0.f;
+            const float xs1 = tok + 1 < w.rows ? p.x_scale[w.row0 + tok + 1] : 0.f;
+            v[0] *= xs0 * rs[0], v[1] *= xs1 * rs[0], v[2] *= xs0 * rs[1], v[3] *= xs1 * rs[1];
+          }
           stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
         }
         async::named_barrier(kFirstBarrier + cg, 128);

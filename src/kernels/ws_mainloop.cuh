@@ -1,9 +1,9 @@
 // The warp-specialized kernel's mainloops: a consumer warpgroup's K loop over
 // one item's stages, by token width NU (the columns multiplied; the tile's
 // K-loop widths, GemmTile::k_loop_width). Each consumer warpgroup owns 64 x
-// warp_m_tiles weight rows; every k16 step it dequantizes its A fragments in
-// registers (dequant_fragment.cuh) and then
-// - wgmma tiles: issues one wgmma m64 x NU x k16 per m64 block with the tokens
+// warp_m_tiles weight rows; every MMA step (k16 bf16, k32 e4m3) it builds its
+// A fragments in registers (dequant_fragment.cuh) and then
+// - wgmma tiles: issues one wgmma m64 x NU x k per m64 block with the tokens
 //   from shared memory. Two A buffers keep one wgmma in flight across steps and
 //   stages: a slot is released right after the next stage's first wait, never
 //   by draining the tensor cores at a stage boundary;
@@ -31,8 +31,10 @@ struct WsMainloop : WsTile<TileIndex> {
   static constexpr int kWGranPerStage = T.bk / 64;
   static constexpr int kAccSets = T.accumulator_sets();
   static constexpr int kFragBuffers = plan::GemmTile::kFragmentBuffers;
-  static_assert(kFragBuffers >= 2 && (T.bk / 16) % kFragBuffers == 0,
-                "a stage's k16 steps cycle through two or more fragment buffers");
+  static constexpr int kStepsPerGranule = 64 / T.mma_k();  // MMA steps per 64-k weight granule
+  static_assert(kFragBuffers >= 2 && (T.bk / T.mma_k()) % kFragBuffers == 0,
+                "a stage's MMA steps cycle through two or more fragment buffers");
+  static_assert(!T.fp8() || T.wgmma, "e4m3 activations are multiplied by wgmma only");
   using Acc = float[kMB][T.nt / 2];
   using AccOdd = float[kAccSets == 2 ? kMB : 1][kAccSets == 2 ? T.nt / 2 : 1];
 
@@ -56,17 +58,34 @@ struct WsMainloop : WsTile<TileIndex> {
     for (int b = 0; b < kMB; ++b)  // 16-row group (cg kMB + b) 4 + wg_warp of the tile
       load_granule<T.bk>(st + L.weight_offset(), st + L.scale_offset(), (cg * kMB + b) * 4 + wg_warp, kk, lane, wq[b], sq[b]);
   }
-  // step(kk, t, wq, sq) for k16 step t of every 64-k granule kk of a stage,
+  // step(kk, t, wq, sq) for MMA step t of every 64-k granule kk of a stage,
   // with this warp's weight and scale pieces of the granule.
   template <class Step>
-  __device__ __forceinline__ void for_each_k16_step(const uint8_t* st, Step&& step) const {
+  __device__ __forceinline__ void for_each_mma_step(const uint8_t* st, Step&& step) const {
 #pragma unroll
     for (int kk = 0; kk < kWGranPerStage; ++kk) {
       uint4 wq[kMB], sq[kMB];
       load_weight_granules(st, kk, wq, sq);
 #pragma unroll
-      for (int t = 0; t < 4; ++t) step(kk, t, wq, sq);
+      for (int t = 0; t < kStepsPerGranule; ++t) step(kk, t, wq, sq);
     }
+  }
+  // A lane's A fragment of MMA step t of granule kk: dequantized to bf16, or as e4m3.
+  __device__ __forceinline__ void a_fragment(const uint4& wq, const uint4& sq, int kk, int t, uint32_t (&a)[4]) const {
+    if constexpr (T.fp8()) fp8_fragment(wq, sq, t, (kk % 2) * 4 + 2 * t, a);
+    else dequant_fragment(wq, sq, t, (kk % 2) * 4 + t, p.scale_add2, a);
+  }
+  // The byte offset in a stage's activations of MMA step t of granule kk: its
+  // K offset in bytes, in 128-byte swizzle atoms of nt rows.
+  static constexpr uint32_t activation_step_offset(int kk, int t) {
+    const uint32_t bytes = uint32_t(kk * 64 + t * T.mma_k()) * T.activation_bytes();
+    return bytes / 128 * (T.nt * 128) + bytes % 128;
+  }
+
+  // The accumulators a wgmma of m64 block b adds to: the fp32 set, or on e4m3 tiles the partial sums' set.
+  __device__ __forceinline__ float* mma_target(int b) const {
+    if constexpr (T.fp8()) return acc_odd[b];
+    else return acc[b];
   }
 
   // One stage of wgmma at ring slot Slot, a constant: its shared-memory
@@ -78,20 +97,23 @@ struct WsMainloop : WsTile<TileIndex> {
     const uint8_t* stage = smem + Slot * L.smem_bytes_per_stage();
     const uint64_t xdesc = wgmma::smem_desc_k_major_sw128(ptx::smem_addr(stage + L.act_offset()));
     uint32_t a[kFragBuffers][kMB][4];  // a fragment stays live until its wgmma has read it
-    for_each_k16_step(stage, [&](int kk, int t, const uint4(&wq)[kMB], const uint4(&sq)[kMB]) {
-      const int q = kk * 4 + t, buf = q % kFragBuffers;
-      const uint64_t desc = wgmma::smem_desc_advance(xdesc, kk * (T.nt * 128) + t * 32);
+    for_each_mma_step(stage, [&](int kk, int t, const uint4(&wq)[kMB], const uint4(&sq)[kMB]) {
+      const int q = kk * kStepsPerGranule + t, buf = q % kFragBuffers;
+      const uint64_t desc = wgmma::smem_desc_advance(xdesc, activation_step_offset(kk, t));
 #pragma unroll
       for (int b = 0; b < kMB; ++b) {
-        dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[buf][b]);
+        a_fragment(wq[b], sq[b], kk, t, a[buf][b]);
 #pragma unroll
         for (int r = 0; r < 4; ++r) wgmma::fence_operand(a[buf][b][r]);
       }
       wgmma::fence();
-      // the item's first step overwrites the accumulators (no zeroing instructions in the pipeline)
+      // the item's first step overwrites the accumulators (no zeroing instructions in the pipeline);
+      // e4m3: the partial sums' set, its first step after a promotion overwrites it
 #pragma unroll
-      for (int b = 0; b < kMB; ++b)
-        wgmma::mma_rs<NU>(reinterpret_cast<float(&)[NU / 2]>(acc[b]), a[buf][b], desc, accumulate_first || q > 0);
+      for (int b = 0; b < kMB; ++b) {
+        wgmma::mma_rs<NU, T.fp8()>(reinterpret_cast<float(&)[NU / 2]>(*mma_target(b)), a[buf][b], desc,
+                                   accumulate_first || q > 0);
+      }
       wgmma::commit_group();
       wgmma::wait_group<kFragBuffers - 1>();  // every wgmma but the last kFragBuffers - 1 is done
       if (q == kFragBuffers - 2 && pending >= 0) release(pending), pending = -1;  // the previous stage's are
@@ -108,7 +130,7 @@ struct WsMainloop : WsTile<TileIndex> {
   template <int NU>
   __device__ __forceinline__ void mma_sync_stage(const uint8_t* st) const {
     const uint8_t* xst = st + L.act_offset();
-    for_each_k16_step(st, [&](int kk, int t, const uint4(&wq)[kMB], const uint4(&sq)[kMB]) {
+    for_each_mma_step(st, [&](int kk, int t, const uint4(&wq)[kMB], const uint4(&sq)[kMB]) {
       uint32_t a[kMB][4];
 #pragma unroll
       for (int b = 0; b < kMB; ++b) dequant_fragment(wq[b], sq[b], t, (kk % 2) * 4 + t, p.scale_add2, a[b]);
@@ -131,14 +153,39 @@ struct WsMainloop : WsTile<TileIndex> {
     });
   }
 
+  // e4m3 tiles: the partial sums of the stages since the last promotion added
+  // to the fp32 accumulators (the first promotion of an item sets them), once
+  // their wgmma are done; the stage's slot goes back with them.
+  template <int NU>
+  __device__ __forceinline__ void promote(bool first) const {
+    wgmma::wait_group<0>();
+#pragma unroll
+    for (int b = 0; b < kMB; ++b)
+#pragma unroll
+      for (int i = 0; i < NU / 2; ++i) {
+        wgmma::fence_operand(acc_odd[b][i]);
+        acc[b][i] = first ? acc_odd[b][i] : acc[b][i] + acc_odd[b][i];
+      }
+    if (pending >= 0) release(pending), pending = -1;
+  }
+
   // The K loop over stages [kt0, kt1) of one item, NU token columns.
   template <int NU>
   __device__ __forceinline__ void k_loop(int kt0, int kt1) const {
+    int since_promotion = 0;  // e4m3: stages in the partial sums
     for (int kt = kt0; kt < kt1; ++kt) {
       ring.wait_full(cursor);
       const uint8_t* st = smem + cursor.slot * L.smem_bytes_per_stage();
       if (p.probe == GemmProbe::loads_only) {
         release(cursor.slot);
+      } else if constexpr (T.fp8()) {
+        wgmma_stage_at<NU>(cursor.slot, since_promotion > 0, std::make_integer_sequence<int, T.max_stages>{});
+        pending = cursor.slot;
+        // every fp8_promotion_stages stages (0: once, at the item's end)
+        if (++since_promotion == p.fp8_promotion_stages || kt + 1 == kt1) {
+          promote<NU>(kt + 1 - kt0 == since_promotion);
+          since_promotion = 0;
+        }
       } else if constexpr (T.wgmma) {
         wgmma_stage_at<NU>(cursor.slot, kt > kt0, std::make_integer_sequence<int, T.max_stages>{});
         pending = cursor.slot;

@@ -1,7 +1,7 @@
 // The warp-specialized kernel's producer: one thread of the producer warpgroup
 // fills the stage ring. Per stage, one tensor copy of the weights, one of the
-// block scales (src/plan/tma_geometry.hpp) and one per 64-k atom of the
-// activation rows, 128-byte swizzled as wgmma reads them: a few instructions
+// block scales (src/plan/tma_geometry.hpp) and one per 128-byte atom of the
+// activation rows (64 k of bf16, 128 of e4m3), 128-byte swizzled as wgmma reads them: a few instructions
 // per stage, so the ring stays full however busy the consumers keep the SM's
 // schedulers. The rows are in expert order (the layer copies gathered rows
 // first). Completion is the "full" barrier's transaction count.
@@ -21,9 +21,10 @@ struct WsProducer : WsTile<TileIndex> {
   using WsTile<TileIndex>::L;
   using WsTile<TileIndex>::kCluster;
   static constexpr uint16_t kClusterMask = uint16_t((1u << kCluster) - 1);
-  static constexpr uint32_t kActStageBytes = uint32_t(T.nt) * T.bk * 2;
+  static constexpr uint32_t kActRowBytes = uint32_t(T.bk) * T.activation_bytes();  // one row's bytes per stage
+  static constexpr uint32_t kActStageBytes = uint32_t(T.nt) * kActRowBytes;
   static constexpr uint32_t kStageTx = uint32_t(L.weight_bytes_per_stage() + L.scale_bytes_per_stage());
-  static constexpr int kActAtoms = T.bk / 64;  // 64-k atoms of a stage's activations
+  static constexpr int kActAtoms = T.bk / T.activation_atom_k();  // 128-byte atoms of a stage's activation rows
 
   const WsSchedule<TileIndex>& sched;
   const StageRing<kCluster>& ring;
@@ -37,7 +38,7 @@ struct WsProducer : WsTile<TileIndex> {
   }
 
   // The activation rows of K stage kt of an item whose rows start at row0,
-  // `columns` of them (its K-loop width): one box per 64-k atom where that is
+  // `columns` of them (its K-loop width): one box per atom where that is
   // nt, else a sum of narrower boxes (x_rows), placed in expert order.
   // Cluster tiles: each CTA multicasts its share of the atoms to all.
   __device__ void copy_stage_activations(uint8_t* st, int kt, int row0, int columns, uint64_t* bar) const {
@@ -45,7 +46,7 @@ struct WsProducer : WsTile<TileIndex> {
     for (int a = 0; a < kActAtoms; ++a) {
       if (kCluster > 1 && a % kCluster != sched.cluster_rank()) continue;
       uint8_t* dst = st + L.act_offset() + a * (T.nt * 128);
-      const int k0 = kt * T.bk + a * 64;
+      const int k0 = kt * T.bk + a * T.activation_atom_k();
       if (columns == T.nt) {
         copy_activation_box(dst, &maps.x, k0, row0, bar);
       } else {
@@ -103,7 +104,7 @@ struct WsProducer : WsTile<TileIndex> {
           const int stage_columns = early ? T.nt : columns;
           if (!early)
             async::mbarrier_arrive_expect_tx(
-                &ring.full[c.slot], p.probe == GemmProbe::math_only ? 0u : kStageTx + uint32_t(stage_columns) * T.bk * 2);
+                &ring.full[c.slot], p.probe == GemmProbe::math_only ? 0u : kStageTx + uint32_t(stage_columns) * kActRowBytes);
           if (p.probe != GemmProbe::math_only) {
             if (!early) copy_stage_weights(st, kt, w, &ring.full[c.slot]);
             copy_stage_activations(st, kt, w.row0, stage_columns, &ring.full[c.slot]);

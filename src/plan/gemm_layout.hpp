@@ -14,6 +14,11 @@
 
 namespace fp4moe::plan {
 
+// The activations a tile multiplies: bf16 (W4A16), or e4m3 with an fp32 scale
+// per row (W4A8: the FP4 weights become e4m3 in the K loop, docs/fp8.md).
+enum class ActivationType : int { bf16 = 0, e4m3 = 1 };
+constexpr const char* activation_type_name(ActivationType a) { return a == ActivationType::e4m3 ? "e4m3" : "bf16"; }
+
 // An expert's token chunks (work items per N tile): 0 for no rows, else the
 // fewest chunks of `chunk` rows whose last holds at most `max_rows` (>= chunk).
 // Host and device (the kernels' schedulers) count with this one function.
@@ -62,8 +67,18 @@ struct GemmTile {
   // SwiGLU): false where that instance would spill registers; GEMMs with
   // biases are planned on the others.
   bool biased_instance = true;
+  // The activations' type (warp-specialized wgmma tiles only for e4m3): a tile
+  // runs the GEMMs of its type; e4m3 tiles multiply by wgmma k32 and stage one
+  // byte per activation.
+  ActivationType activations = ActivationType::bf16;
 
   // ---- shape ----
+  constexpr bool fp8() const { return activations == ActivationType::e4m3; }
+  constexpr int activation_bytes() const { return fp8() ? 1 : 2; }
+  // K of one 128-byte swizzle atom of an activation row (a TMA box's width, a wgmma descriptor's row)
+  constexpr int activation_atom_k() const { return 128 / activation_bytes(); }
+  // K of one MMA step: wgmma k16 (bf16) or k32 (e4m3)
+  constexpr int mma_k() const { return fp8() ? 32 : 16; }
   constexpr int chunk() const { return chunk_rows > 0 ? chunk_rows : nt; }
   constexpr int64_t chunks_of(int64_t rows) const { return token_chunks(rows, chunk(), nt); }
   // fp32 accumulators per consumer thread (wgmma: nt / 2 per m64 block; mma.sync: 4 per m16 x n8)
@@ -104,8 +119,11 @@ struct GemmTile {
     return warp_m_tiles * nt > (wgmma ? 128 : 64) || (wgmma && register_cap() < 128) || register_cap() < 64;
   }
   // mma.sync with short chains (few token tiles) alternates two accumulator
-  // sets so that consecutive mma.sync do not wait on each other.
-  constexpr int accumulator_sets() const { return !wgmma && warp_m_tiles * n8_tiles() < 4 ? 2 : 1; }
+  // sets so that consecutive mma.sync do not wait on each other. e4m3 tiles
+  // keep their wgmma's partial sums in a second set and add it to the fp32
+  // one every few stages: the FP8 tensor cores' own accumulation keeps fewer
+  // bits (docs/fp8.md, "Accumulation").
+  constexpr int accumulator_sets() const { return fp8() || (!wgmma && warp_m_tiles * n8_tiles() < 4) ? 2 : 1; }
   // wgmma: A fragment buffers, one per wgmma step allowed in flight.
   static constexpr int kFragmentBuffers = 2;
   // Token columns of an item's K loop (warp-specialized): the smallest of these
@@ -229,6 +247,18 @@ inline constexpr GemmTile kGemmTiles[] = {
     // (half the wasted columns of steps of 16), for the tuner: twice the K-loop
     // copies, which the ranking does not take.
     {.name = "bm256_nt64_bk256_mt1_c1_ws_e16_w8_cl2", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .epilogue_token_rows = 16, .k_loop_step = 8, .biased_instance = false},
+    // e4m3 activations (W4A8, docs/fp8.md): the warp-specialized wgmma tiles
+    // of each token width, k32 per wgmma; an activation stage takes half the
+    // bytes of bf16's.
+    {.name = "bm256_nt8_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 8, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
+    {.name = "bm256_nt16_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 16, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
+    {.name = "bm256_nt32_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 32, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
+    {.name = "bm256_nt64_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 5, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
+    {.name = "bm128_nt128_bk128_mt1_c1_ws_fp8", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
+    // decode sizes: two CTAs of two consumer warpgroups per SM, twice the items of bm256 in a round
+    {.name = "bm128_nt8_bk256_mt1_c2_ws_fp8", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 2, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
+    {.name = "bm128_nt16_bk128_mt1_c2_ws_fp8", .bm = 128, .nt = 16, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 2, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
+    {.name = "bm256_nt128_bk128_mt2_c1_ws_fp8", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .biased_instance = false, .activations = ActivationType::e4m3},
 };
 inline constexpr int kNumGemmTiles = sizeof(kGemmTiles) / sizeof(kGemmTiles[0]);
 
@@ -258,7 +288,9 @@ struct GemmSmemLayout {
   // All-warps mma.sync tiles: activation rows padded by 16 bytes so ldmatrix's 8
   // row addresses hit 8 bank groups. Warpgroup and warp-specialized tiles: the
   // 128-byte-swizzled K-major layout ([bk/64][nt rows][128 bytes], 1024-byte aligned).
-  constexpr int64_t act_row_stride() const { return int64_t(tile.bk) * 2 + (tile.swizzled_activations() ? 0 : 16); }
+  constexpr int64_t act_row_stride() const {
+    return int64_t(tile.bk) * tile.activation_bytes() + (tile.swizzled_activations() ? 0 : 16);
+  }
   constexpr int64_t act_bytes_per_stage() const { return int64_t(tile.nt) * act_row_stride(); }
   constexpr int64_t act_padding_per_stage() const { return tile.swizzled_activations() ? 0 : int64_t(tile.nt) * 16; }
   constexpr int64_t stage_align() const { return tile.swizzled_activations() ? 1024 : kSmemAlign; }
@@ -336,7 +368,9 @@ constexpr bool gemm_tiles_valid() {
     if (t.cluster_n < 1 || t.cluster_n > 2) return false;
     if (t.epilogue_token_rows < 0 || (t.epilogue_token_rows > 0 && (!t.warp_specialized || t.epilogue_token_rows % 8)))
       return false;
-    if (t.cluster_n > 1 && (!t.warp_specialized || !t.wgmma || (t.bk / 64) % t.cluster_n)) return false;
+    if (t.cluster_n > 1 && (!t.warp_specialized || !t.wgmma || (t.bk / t.activation_atom_k()) % t.cluster_n)) return false;
+    // e4m3 activations: warp-specialized wgmma tiles, whole 128-k atoms per stage, no clusters yet
+    if (t.fp8() && (!t.wgmma || !t.warp_specialized || t.bk % t.activation_atom_k() || t.cluster_n != 1)) return false;
     if (t.wgmma && !t.warp_specialized &&
         (t.warp_m_tiles != 1 || t.warps() % 4 || (t.nt != 64 && t.nt != 128) || t.bk % 64))
       return false;

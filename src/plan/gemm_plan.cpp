@@ -27,7 +27,7 @@ bool wgmma_switched_off() {
 }  // namespace
 
 GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request,
-                          bool biased) {
+                          bool biased, ActivationType activations) {
   FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumGemmTiles,
                "GEMM tile index " << tile_index << " is outside 0.." << kNumGemmTiles - 1);
   const GemmSmemLayout L = gemm_layout(tile_index);
@@ -38,7 +38,8 @@ GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   f.stages = stages_request > 0 ? stages_request : f.auto_stages;
   f.smem_bytes = L.total_bytes(f.stages);
   using Why = GemmTileFit::Why;
-  if ((t.wgmma || t.warp_specialized) && !budget.has_wgmma()) f.why = Why::needs_sm90;
+  if (t.activations != activations) f.why = Why::other_activations;
+  else if ((t.wgmma || t.warp_specialized) && !budget.has_wgmma()) f.why = Why::needs_sm90;
   else if (biased && !t.biased_instance) f.why = Why::no_biased_instance;
   else if (t.wgmma && wgmma_switched_off()) f.why = Why::wgmma_switched_off;
   else if (n % t.bm != 0 || k % t.bk != 0) f.why = Why::does_not_divide;
@@ -62,8 +63,9 @@ std::vector<SmemTerm> gemm_smem_terms(const GemmSmemLayout& L, int stages) {
   return {
       {"weights (FP4)", L.weight_bytes_per_stage() * stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 2" + xs},
       {"block scales", L.scale_bytes_per_stage() * stages, std::to_string(t.bm) + " rows x " + std::to_string(t.bk) + " k / 16" + xs},
-      {"activations (bf16)", (L.act_bytes_per_stage() - L.act_padding_per_stage()) * stages,
-       std::to_string(t.nt) + " tokens x " + std::to_string(t.bk) + " k x 2" + xs +
+      {std::string("activations (") + activation_type_name(t.activations) + ")",
+       (L.act_bytes_per_stage() - L.act_padding_per_stage()) * stages,
+       std::to_string(t.nt) + " tokens x " + std::to_string(t.bk) + " k x " + std::to_string(t.activation_bytes()) + xs +
            (t.chunk() < t.nt ? " (chunks of " + std::to_string(t.chunk()) + " tokens, an expert's last up to " +
                                    std::to_string(t.nt) + ")"
                              : std::string())},
@@ -111,6 +113,10 @@ std::string explain_fit(const GemmTileFit& f, const GemmSmemLayout& L, int64_t n
     case Why::needs_sm90:
       why << name << " uses Hopper " << (t.wgmma ? "warpgroup MMA" : "bulk copies and transaction mbarriers")
           << " (built for sm_90a only); the target is sm_" << budget.cc;
+      break;
+    case Why::other_activations:
+      why << name << " multiplies " << activation_type_name(t.activations) << " activations; this GEMM's are "
+          << activation_type_name(t.activations == ActivationType::bf16 ? ActivationType::e4m3 : ActivationType::bf16);
       break;
     case Why::wgmma_switched_off: why << name << ": warpgroup-MMA tiles are switched off by FP4MOE_DISABLE_WGMMA"; break;
     case Why::no_biased_instance:
@@ -173,8 +179,8 @@ std::string explain_fit(const GemmTileFit& f, const GemmSmemLayout& L, int64_t n
 }  // namespace
 
 SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request,
-                        bool biased) {
-  const GemmTileFit f = fit_gemm_tile(tile_index, n, k, budget, stages_request, biased);
+                        bool biased, ActivationType activations) {
+  const GemmTileFit f = fit_gemm_tile(tile_index, n, k, budget, stages_request, biased, activations);
   const GemmSmemLayout L = gemm_layout(tile_index);
   const GemmTile& t = L.tile;
   SmemPlan p;
@@ -196,14 +202,37 @@ SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& 
   return p;
 }
 
-SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request, bool biased) {
-  SmemPlan p = plan_gemm_tile(tile_index, n, k, budget_of(arch), stages_request, biased);
+SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request, bool biased,
+                        ActivationType activations) {
+  SmemPlan p = plan_gemm_tile(tile_index, n, k, budget_of(arch), stages_request, biased, activations);
   p.arch = std::string(arch.name);
   return p;
 }
 
+namespace {
+
+// e4m3 activations: the FP8 tile whose token width covers the expected rows
+// per expert (the narrowest first that does), falling back to wider ones; the
+// tuner measures the rest.
+int rank_fp8_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert, bool biased) {
+  static constexpr const char* kByWidth[] = {"bm256_nt8_bk128_mt1_c1_ws_fp8", "bm256_nt16_bk128_mt1_c1_ws_fp8",
+                                             "bm256_nt32_bk128_mt1_c1_ws_fp8", "bm256_nt64_bk128_mt1_c1_ws_fp8",
+                                             "bm256_nt128_bk128_mt2_c1_ws_fp8", "bm128_nt128_bk128_mt1_c1_ws_fp8"};
+  int widest = -1;
+  for (const char* name : kByWidth) {
+    const int i = gemm_tile_index(name);
+    if (!fit_gemm_tile(i, n, k, capacity, 0, biased, ActivationType::e4m3).fits) continue;
+    if (kGemmTiles[i].nt >= 0.75 * tokens_per_expert) return i;
+    widest = i;
+  }
+  return widest;
+}
+
+}  // namespace
+
 int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert, int64_t active_experts,
-                      int sm_count, bool biased) {
+                      int sm_count, bool biased, ActivationType activations) {
+  if (activations == ActivationType::e4m3) return rank_fp8_tiles(n, k, capacity, tokens_per_expert, biased);
   // The kernels are bound by the issue rate of their dequantization, so
   // resident warps beat wide token tiles: up to ~6 tokens per expert an 8-token
   // tile, to ~12 a 16-token tile, beyond that 32-token tiles (experts with more

@@ -48,7 +48,8 @@ PlanAnswer answer(const PlanQuery& q) {
     FP4MOE_CHECK(q.n > 0 && q.k > 0, "n = " << q.n << " and k = " << q.k << " must be positive");
     const int only = q.sweep ? -1 : tile_of_query(q.tile);
     for (int i = 0; i < kNumGemmTiles; ++i)
-      if (q.sweep || i == only) a.grouped.push_back(plan_gemm_tile(i, q.n, q.k, arch, q.stages));
+      if (q.sweep || i == only)  // each tile for its own activation type
+        a.grouped.push_back(plan_gemm_tile(i, q.n, q.k, arch, q.stages, false, kGemmTiles[i].activations));
     return a;
   }
   FP4MOE_CHECK(q.kernel == "cutlass" || q.kernel == "trtllm",

@@ -38,6 +38,14 @@ kernels::GroupedGemmArgs grouped_gemm_args(const ProjectionView& w, const GemmOp
   }
   a.split_workspace = io.split_workspace;
   a.split_workspace_bytes = io.split_workspace_bytes;
+  if (w.activations == plan::ActivationType::e4m3) {  // the GEMM reads the FP8 row copy's output
+    a.x = nullptr;
+    a.gather = nullptr;
+    a.x_e4m3 = io.row_copy_e4m3;
+    a.x_scale = io.row_scales;
+    a.weight_row_scale = w.row_scale;
+    a.fp8_promotion_stages = io.fp8_promotion_stages;
+  }
   return a;
 }
 
@@ -50,6 +58,17 @@ GemmStepLaunch prepare_gemm_step(const ProjectionView& w, const GemmOperands& io
   FP4MOE_CHECK(x_cols > 0 && x_cols <= w.k, "GEMM step: x has " << x_cols << " columns for K = " << w.k);
   FP4MOE_CHECK(io.gather || x_cols == w.k, "GEMM step: rows of " << x_cols << " columns for K = " << w.k << " need a gather");
   GemmStepLaunch s;
+  if (w.activations == plan::ActivationType::e4m3) {
+    // e4m3 tiles read the rows the FP8 row copy quantizes, in expert order (gathered on the way)
+    FP4MOE_CHECK(io.x && io.row_copy_e4m3 && io.row_scales,
+                 "GEMM step: e4m3 activations need x and the FP8 row copy's buffers (row_copy_e4m3, row_scales)");
+    FP4MOE_CHECK(io.rows > 0, "GEMM step: the FP8 row copy needs permuted rows (P = expert_offsets[E]), got " << io.rows);
+    s.quantizes_rows = true;
+    s.fp8_row_copy = {.x = io.x, .rows = io.gather, .count = io.rows, .cols = x_cols, .group = 0,
+                      .codes = io.row_copy_e4m3, .out_cols = w.k, .scales = io.row_scales};
+    s.gemm = kernels::prepare_grouped_gemm(a, launch, device);
+    return s;
+  }
   // A tensor map cannot gather rows on sm_90: tiles that load by TMA read a
   // copy of the gathered rows in expert order (one-row boxes and in-kernel
   // cp.async gathers both measured slower than this copy; docs/kernels.md).
@@ -68,11 +87,13 @@ GemmStepLaunch prepare_gemm_step(const ProjectionView& w, const GemmOperands& io
 
 void enqueue_gemm_step(const GemmStepLaunch& s, cudaStream_t stream) {
   if (s.copies_rows) kernels::launch_gather_rows(s.row_copy, stream);
+  if (s.quantizes_rows) kernels::launch_quantize_rows_fp8(s.fp8_row_copy, stream);
   kernels::enqueue_grouped_gemm(s.gemm, stream);
 }
 
 void bind_gemm_input(GemmStepLaunch& s, const __nv_bfloat16* x) {
-  if (s.copies_rows) s.row_copy.x = x;
+  if (s.quantizes_rows) s.fp8_row_copy.x = x;
+  else if (s.copies_rows) s.row_copy.x = x;
   else kernels::rebind_activations(s.gemm, x);
 }
 

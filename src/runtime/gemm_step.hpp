@@ -10,6 +10,7 @@
 
 #include "fp4moe/format.hpp"
 #include "kernels/fp4_grouped_gemm.hpp"
+#include "kernels/quantize_rows_fp8.hpp"
 #include "kernels/grouped_gemm_launch.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "plan/arch.hpp"
@@ -26,6 +27,10 @@ struct ProjectionView {
   int scale_parts = 1;
   Fp4Format format = Fp4Format::nvfp4;
   int64_t n = 0, k = 0, experts = 0;
+  // e4m3: the weights and scales are the FP8 layout (format/prepare_fp8.hpp)
+  // with its per-row scales [E][N]; dequant_scale is not read.
+  plan::ActivationType activations = plan::ActivationType::bf16;
+  const float* row_scale = nullptr;
   bool biased() const { return bias != nullptr; }
 };
 
@@ -52,16 +57,25 @@ struct GemmOperands {
   // Where gathered rows are copied in expert order for a tile that loads them
   // by TMA ([rows, K], 16-byte aligned), or null where no tile needs it.
   __nv_bfloat16* row_copy = nullptr;
+  // e4m3 weights (ProjectionView::activations): the FP8 row copy's output, the
+  // rows of x (gathered where `gather` is given) as e4m3 in expert order
+  // [rows, K] and their scales [rows].
+  uint8_t* row_copy_e4m3 = nullptr;
+  float* row_scales = nullptr;
+  int fp8_promotion_stages = 1;  // GroupedGemmArgs::fp8_promotion_stages
 };
 
 // The grouped GEMM's arguments: the one place they are filled.
 kernels::GroupedGemmArgs grouped_gemm_args(const ProjectionView& w, const GemmOperands& io);
 
 // One GEMM step, ready to queue: the row copy where the tile loads its rows
-// in expert order (or x is narrower than K), then the GEMM.
+// in expert order (or x is narrower than K), or on e4m3 tiles the FP8 row
+// copy (always), then the GEMM.
 struct GemmStepLaunch {
   bool copies_rows = false;
   kernels::GatherRowsArgs row_copy;
+  bool quantizes_rows = false;
+  kernels::QuantizeRowsFp8Args fp8_row_copy;
   kernels::PreparedGemm gemm;
 };
 

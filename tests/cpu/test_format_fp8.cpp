@@ -9,6 +9,8 @@
 
 #include "format/fp8_fold.hpp"
 #include "format/fp8_fragment.hpp"
+#include "format/prepare_fp8.hpp"
+#include "format/prepared_layout.hpp"
 #include "format/prepare_gemm.hpp"
 #include "format/fp8_rows.hpp"
 #include "fp4moe/error.hpp"
@@ -134,55 +136,67 @@ TEST(Fp8Fold, Nvfp4SplitIntoTwoE4m3IsExact) {
   EXPECT_GT(with_lo, 0);
 }
 
-TEST(Fp8Fragment, KPermutationIsABijectionOfEach16) {
-  for (int k = 0; k < 16; ++k) {
-    EXPECT_EQ(fp8_k_at(fp8_k_position(k)), k);
-    EXPECT_GE(fp8_k_position(k), 0);
-    EXPECT_LT(fp8_k_position(k), 16);
+// The kernel's table arithmetic against the exact encoder: every code at every shift it covers.
+TEST(Fp8Fragment, FoldTableIsTheExactE4m3OfEveryCodeAtEveryShift) {
+  for (uint32_t u = 0; u < uint32_t(fp8::kFp8TableCodes); ++u) {
+    uint32_t lo = 0, hi = 0;
+    fp8::fold_table(u, lo, hi);
+    const int shift = int(u) + fp8::kFp8TableMinShift;
+    for (int c = 0; c < 8; ++c)
+      EXPECT_EQ(uint8_t((c < 4 ? lo : hi) >> (8 * (c % 4))), e2m1_to_e4m3(uint8_t(c), shift)) << "u " << u << " code " << c;
   }
 }
 
-// Every byte of every FP8 A register made from the prepared words is the e4m3
-// of the weight the permuted activation at that position meets.
-TEST(Fp8Fragment, RegistersFromPreparedWordsMeetThePermutedActivations) {
-  const int64_t n = 32, k = 256;
-  const std::vector<float> x = gaussian(n * k, 6);
+// Every byte of every FP8 A register a lane builds from the FP8 layout is the
+// e4m3 of the weight wgmma's A layout puts there (reg 0: row r, k 4c..4c+3;
+// reg 1: row r+8; regs 2, 3: k + 16), times 2^-row_exponent; the row scales
+// give the weights back exactly.
+TEST(Fp8Fragment, RegistersHoldTheFoldedWeightsInWgmmaOrder) {
+  const int64_t n = 48, k = 384;
+  std::vector<float> x = gaussian(n * k, 6);
+  for (int64_t c = 0; c < k; ++c) x[size_t(5 * k + c)] *= c < 64 ? 300.f : 1.f;  // a row spanning about 9 octaves
+  for (int64_t c = 64; c < 96; ++c) x[size_t(7 * k + c)] = 0.f;                 // an all-zero block
   const Fp4Matrix m = quantize_mxfp4(x.data(), n, k);
   const PreparedExpertWeights p = prepare_gemm_weights(std::span<const Fp4Matrix>(&m, 1));
-  const int shift = 3;
-  uint32_t lo = 0, hi = 0;
-  e4m3_fold_table(shift, lo, hi);
+  const PreparedFp8Weights f = prepare_fp8_gemm_weights(p);
+  EXPECT_GE(f.max_row_span, 8);
   for (int64_t rg = 0; rg < n / 16; ++rg)
     for (int64_t kk = 0; kk < k / 64; ++kk)
-      for (int lane = 0; lane < 32; ++lane)
-        for (int t = 0; t < 4; ++t) {
-          uint32_t word;
-          std::memcpy(&word, p.weights.data() + ((rg * (k / 64) + kk) * 32 + lane) * 16 + 4 * t, 4);
-          const uint32_t regs[2] = {fp8_a_register<0>(word, lo, hi), fp8_a_register<1>(word, lo, hi)};
-          // the k32 step's registers 0/1 (t even) or 2/3 (t odd): hardware k = 4c + v (+16)
-          const int c = lane % 4;
-          for (int half = 0; half < 2; ++half)
-            for (int v = 0; v < 4; ++v) {
-              const int64_t row = rg * 16 + lane / 4 + 8 * half;
-              const int k_hw = 4 * c + v + 16 * (t % 2);                 // where the MMA reads it
-              const int64_t k32 = kk * 64 + 32 * (t / 2);
-              const int64_t col = k32 + 16 * (k_hw / 16) + fp8_k_at(k_hw % 16);  // the activation stored there
-              const uint8_t byte = uint8_t(regs[half] >> (8 * v));
-              ASSERT_EQ(byte, e2m1_to_e4m3(m.code(row, col), shift))
-                  << "row " << row << " col " << col << " lane " << lane << " word " << t << " byte " << v;
-            }
-        }
+      for (int lane = 0; lane < 32; ++lane) {
+        const int c = lane % 4;
+        for (int j = 0; j < 2; ++j)
+          for (int h = 0; h < 2; ++h) {
+            const int64_t row = rg * 16 + lane / 4 + 8 * h, k32 = kk * 64 + 32 * j;
+            uint32_t word;
+            std::memcpy(&word, f.weights.data() + ((rg * (k / 64) + kk) * 32 + lane) * 16 + 4 * (2 * j + h), 4);
+            const uint8_t u = f.scales[size_t(pack::scale_offset(k, row, k32))];
+            uint32_t lo, hi;
+            fp8::fold_table(u, lo, hi);
+            const uint32_t regs[2] = {fp8::low_register(word, lo, hi), fp8::high_register(word, lo, hi)};
+            for (int g = 0; g < 2; ++g)
+              for (int v = 0; v < 4; ++v) {
+                const int64_t col = k32 + 16 * g + 4 * c + v;
+                const double value = std::ldexp(double(e4m3_decode(uint8_t(regs[g] >> (8 * v)))), 0) *
+                                     double(f.row_scale[size_t(row)]);
+                ASSERT_EQ(value, double(m.dequant(row, col))) << "row " << row << " col " << col << " lane " << lane;
+                ASSERT_EQ(prepared_fp8_code(f, 0, row, col), uint8_t(regs[g] >> (8 * v)));
+              }
+          }
+      }
 }
 
-TEST(Fp8Rows, MmaOrderPermutesEach16) {
-  const std::vector<float> x = gaussian(2 * 64, 7);
-  const Fp8Rows q = quantize_rows_e4m3(x.data(), 2, 64, 0);
-  const std::vector<uint8_t> o = fp8_rows_in_mma_order(q);
-  for (int64_t r = 0; r < 2; ++r)
-    for (int64_t p = 0; p < 64; ++p)
-      EXPECT_EQ(o[size_t(r * 64 + p)], q.codes[size_t(r * 64 + p / 16 * 16 + fp8_k_at(int(p % 16)))]);
-  Fp8Rows odd = quantize_rows_e4m3(x.data(), 1, 40, 0);
-  EXPECT_NE(error_of([&] { (void)fp8_rows_in_mma_order(odd); }).find("40 columns"), std::string::npos);
+TEST(Fp8Fragment, WeightsTheFoldCannotHoldAreRefusedByName) {
+  const int64_t n = 16, k = 128;
+  std::vector<float> x = gaussian(n * k, 8);
+  for (int64_t c = 32; c < k; ++c) x[size_t(3 * k + c)] *= 1e-5f;  // row 3: blocks 1..3 2^16 under block 0
+  const Fp4Matrix m = quantize_mxfp4(x.data(), n, k);
+  const PreparedExpertWeights p = prepare_gemm_weights(std::span<const Fp4Matrix>(&m, 1));
+  const std::string e = error_of([&] { (void)prepare_fp8_gemm_weights(p); });
+  EXPECT_NE(e.find("expert 0 has 3 nonzero MXFP4 blocks (the first in row 3)"), std::string::npos) << e;
+  std::vector<float> y = gaussian(n * k, 9);
+  const Fp4Matrix nv = quantize_nvfp4(y.data(), n, k);
+  const std::string e2 = error_of([&] { (void)prepare_fp8_gemm_weights(prepare_gemm_weights(std::span<const Fp4Matrix>(&nv, 1))); });
+  EXPECT_NE(e2.find("the weights are nvfp4"), std::string::npos) << e2;
 }
 
 TEST(Fp8Rows, PerRowAndPerGroupScales) {

@@ -313,8 +313,9 @@ TEST(GemmPlan, BiasedGemmsOnlyOnTilesWithABiasedInstance) {
   for (int t = 0; t < kNumGemmTiles; ++t) {
     if (kGemmTiles[t].biased_instance) continue;
     ++without;
-    const SmemPlan plain = plan_gemm_tile(t, 6144, 3072, sm90);
-    const SmemPlan biased = plan_gemm_tile(t, 6144, 3072, sm90, 0, /*biased=*/true);
+    const ActivationType a = kGemmTiles[t].activations;
+    const SmemPlan plain = plan_gemm_tile(t, 6144, 3072, sm90, 0, false, a);
+    const SmemPlan biased = plan_gemm_tile(t, 6144, 3072, sm90, 0, /*biased=*/true, a);
     EXPECT_TRUE(plain.fits) << plain.explanation;
     EXPECT_FALSE(biased.fits) << gemm_tile_name(t);
     EXPECT_NE(biased.explanation.find("no biased epilogue instance"), std::string::npos) << biased.explanation;

@@ -1,0 +1,238 @@
+// W4A8 against W4A16: each MoE GEMM step (its row copy and the grouped GEMM,
+// as the layer's forward plan holds it) with e4m3 activations and with bf16,
+// on the same routings, in one run. For each path the fastest fitting tile
+// is found by a short sweep; then the two are timed interleaved at steady
+// state (rounds of A then B, CUDA-graph replays after warm-up back to back),
+// and the ratio is reported per round and as the median. Weights are random
+// bytes in each path's prepared layout (MXFP4 shapes: the FP8 fold takes
+// MXFP4), activations random bf16.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "format/prepare_gemm.hpp"
+#include "fp4moe/device.hpp"
+#include "fp4moe/reference.hpp"
+#include "measure/steady_timing.hpp"
+#include "plan/gemm_plan.hpp"
+#include "plan/split_k.hpp"
+#include "routed_batch.hpp"
+#include "step_launches.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/device_limits.hpp"
+#include "runtime/gemm_step.hpp"
+#include "runtime/random_fill.hpp"
+#include "runtime/captured_graph.hpp"
+#include "runtime/timing.hpp"
+
+using namespace fp4moe;
+using json = nlohmann::json;
+
+namespace {
+
+using Act = plan::ActivationType;
+
+struct GemmShape {
+  const char* name;
+  int64_t n, k;
+  bool gathered;  // GEMM1 gathers token rows; GEMM2 reads the permuted rows in order
+};
+
+// One path's weights: random bytes in its prepared layout (every byte a valid
+// code pair or word), scale bytes in the range real weights take.
+struct PathWeights {
+  DeviceBuffer<uint8_t> w, s;
+  DeviceBuffer<float> scale;  // bf16: dequant_scale [E]; e4m3: row_scale [E][N]
+  ProjectionView view;
+  PathWeights(Act act, int64_t E, const GemmShape& g, cudaStream_t stream)
+      : w(size_t(E * g.n * g.k / 2)), s(size_t(E * g.n * g.k / 16)), scale(size_t(act == Act::e4m3 ? E * g.n : E)) {
+    fill_random_bytes(w.get(), int64_t(w.size()), 11, 0, 255, stream);
+    if (act == Act::e4m3) fill_random_bytes(s.get(), int64_t(s.size()), 12, 0, 11, stream);  // fold codes u
+    else fill_random_bytes(s.get(), int64_t(s.size()), 12, 0x98, 0xB8, stream);             // MXFP4 scales near 1
+    std::vector<float> v(scale.size(), act == Act::e4m3 ? 1.0f / 1024 : 1.0f);
+    scale.upload(v);
+    view = {w.get(), s.get(), act == Act::e4m3 ? nullptr : scale.get(), nullptr, 1, Fp4Format::mxfp4, g.n, g.k, E};
+    view.activations = act;
+    view.row_scale = act == Act::e4m3 ? scale.get() : nullptr;
+  }
+};
+
+// The steps of every routing on `tile`.
+std::vector<GemmStepLaunch> steps_on(const ProjectionView& w, const std::vector<GemmOperands>& ops, int tile,
+                                     const plan::DeviceLimits& device) {
+  kernels::GemmLaunch launch;
+  launch.tile = tile;
+  return bench::prepare_steps(w, ops, launch, device);
+}
+using bench::enqueue_each;
+
+// The fastest tile of a path on these operands: every fitting tile of its type, a short graph timing each.
+std::pair<int, double> fastest_tile(const ProjectionView& w, const std::vector<GemmOperands>& ops, bool biased,
+                                    const plan::DeviceLimits& device, cudaStream_t stream) {
+  int best = -1;
+  double best_ms = 1e30;
+  for (int t = 0; t < plan::kNumGemmTiles; ++t) {
+    if (!plan::fit_gemm_tile(t, w.n, w.k, device.budget, 0, biased, w.activations).fits) continue;
+    const std::vector<GemmStepLaunch> steps = steps_on(w, ops, t, device);
+    const double ms = time_graph_sequence(enqueue_each(steps, stream), stream, 2, 10).median_ms;
+    if (ms < best_ms) best_ms = ms, best = t;
+  }
+  return {best, best_ms};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"W4A8 (e4m3 activations) against W4A16 grouped GEMM steps, interleaved"};
+  std::vector<std::string> models = {"glm5", "gpt-oss-120b"};
+  std::vector<int64_t> tokens = {1, 4, 8, 32, 128, 512, 1024, 2048, 8192};
+  std::string out_path = "bench_w4a8_gemm.json";
+  double warm_seconds = 0.5;
+  int reps = 30, rounds = 3, routings = 4, promotion = 1;
+  bool compare_promotion = false;
+  app.add_option("--models", models, "Model presets")->delimiter(',');
+  app.add_option("--tokens", tokens, "Token counts T")->delimiter(',');
+  app.add_option("--out", out_path, "JSON output");
+  app.add_option("--warm-seconds", warm_seconds, "Back-to-back replays before each timed A or B")->check(CLI::Range(0.0, 30.0));
+  app.add_option("--reps", reps, "Timed replays per A or B")->check(CLI::Range(3, 10000));
+  app.add_option("--rounds", rounds, "Interleaved A, B rounds")->check(CLI::Range(1, 20));
+  app.add_option("--routings", routings, "Routings replayed back to back per launch (weights beyond L2)")
+      ->check(CLI::Range(1, 16));
+  app.add_option("--fp8-promotion-stages", promotion, "W4A8: K stages between promotions of the partial sums (0: once per item)")
+      ->check(CLI::Range(0, 1000));
+  app.add_flag("--compare-promotion", compare_promotion,
+               "Also time W4A8 with its partial sums promoted once per item, interleaved with the other two");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    std::string why;
+    const auto devs = list_devices(&why);
+    if (devs.empty()) {
+      fmt::print("bench_w4a8_gemm: no CUDA device ({}): nothing to measure\n", why);
+      return 0;
+    }
+    const plan::DeviceLimits device = device_limits(devs[0].index);
+    if (!device.budget.has_wgmma()) {
+      fmt::print("bench_w4a8_gemm: the FP8 tiles need sm_90a; this device is sm_{}\n", devs[0].cc);
+      return 0;
+    }
+    cudaStream_t stream;
+    FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream));
+    json report;
+    report["device"] = devs[0].name;
+    report["warm_seconds"] = warm_seconds;
+    report["reps"] = reps;
+    report["rounds"] = rounds;
+    json cases = json::array();
+    fmt::print("{:<13} {:<6} {:>5}  {:<34} {:>9}  {:<34} {:>9}  {:>7}\n", "model", "gemm", "T", "W4A16 tile", "us",
+               "W4A8 tile", "us", "speedup");
+    for (const std::string& model : models) {
+      const MoeConfig cfg = preset(model);
+      const int64_t E = cfg.num_experts;
+      const int64_t H = padded_features(cfg.hidden), I = padded_features(cfg.intermediate);
+      const bool biased = cfg.expert_bias;
+      const GemmShape shapes[] = {{"gemm1", 2 * I, H, true}, {"gemm2", H, I, false}};
+      const int64_t max_t = *std::max_element(tokens.begin(), tokens.end());
+      for (const GemmShape& g : shapes) {
+        PathWeights bf16(Act::bf16, E, g, stream), fp8(Act::e4m3, E, g, stream);
+        DeviceBuffer<float> bias(biased ? size_t(E * g.n) : 0);
+        if (biased) {
+          bias.fill_bytes(0);
+          bf16.view.bias = fp8.view.bias = bias.get();
+        }
+        const int64_t pairs_max = max_t * cfg.top_k;
+        DeviceBuffer<__nv_bfloat16> x(size_t((g.gathered ? max_t : pairs_max) * g.k)), y(size_t(pairs_max * g.n));
+        DeviceBuffer<__nv_bfloat16> copy(size_t(pairs_max * g.k));
+        DeviceBuffer<uint8_t> copy_e4m3(size_t(pairs_max * g.k)), split(size_t(plan::kSplitKWorkspaceBytes));
+        DeviceBuffer<float> row_scales(static_cast<size_t>(pairs_max));
+        split.fill_bytes(0);
+        fill_random_bf16(x.get(), int64_t(x.size()), 14, 1.f, stream);
+        FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        for (const int64_t T : tokens) {
+          std::vector<bench::RoutedBatch> rbs;
+          std::vector<DeviceBuffer<int32_t>> doffs, dgathers;
+          std::vector<GemmOperands> ops;
+          for (int i = 0; i < routings; ++i) {
+            rbs.push_back(bench::route_random(cfg, T, 1000 + uint64_t(T) + 7919 * uint64_t(i)));
+            doffs.emplace_back(rbs.back().offsets);
+            dgathers.emplace_back(rbs.back().gather);
+          }
+          for (int i = 0; i < routings; ++i) {
+            GemmOperands io;
+            io.x = x.get();
+            io.gather = g.gathered ? dgathers[size_t(i)].get() : nullptr;
+            io.rows = rbs[size_t(i)].pairs;
+            io.offsets = doffs[size_t(i)].get();
+            io.offsets_ready_at_launch = true;  // uploaded before any launch
+            io.epilogue = g.gathered ? kernels::GemmEpilogue::swiglu : kernels::GemmEpilogue::store;
+            if (g.gathered && cfg.activation == Activation::clamped_swiglu) io.activation = kernels::GemmActivation::clamped_swiglu;
+            io.y = y.get();
+            io.split_workspace = split.get();
+            io.split_workspace_bytes = int64_t(split.bytes());
+            io.row_copy = copy.get();
+            io.row_copy_e4m3 = copy_e4m3.get();
+            io.row_scales = row_scales.get();
+            io.fp8_promotion_stages = promotion;
+            ops.push_back(io);
+          }
+          const auto [tile_a, sweep_a] = fastest_tile(bf16.view, ops, biased, device, stream);
+          const auto [tile_b, sweep_b] = fastest_tile(fp8.view, ops, biased, device, stream);
+          if (tile_a < 0 || tile_b < 0) {
+            fmt::print("{:<13} {:<6} {:>5}  no fitting tile (W4A16 {}, W4A8 {})\n", model, g.name, T, tile_a, tile_b);
+            continue;
+          }
+          const std::vector<GemmStepLaunch> steps_a = steps_on(bf16.view, ops, tile_a, device);
+          const std::vector<GemmStepLaunch> steps_b = steps_on(fp8.view, ops, tile_b, device);
+          std::vector<GemmStepLaunch> steps_c;  // W4A8 promoted once per item
+          if (compare_promotion) {
+            steps_c = steps_b;
+            for (GemmStepLaunch& st : steps_c) st.gemm.params.fp8_promotion_stages = 0;
+          }
+          std::vector<double> ms_a, ms_b, ms_c, ratios;
+          json per_round = json::array();
+          for (int r = 0; r < rounds; ++r) {  // A then B, every round: the clocks both see alike
+            const SteadyTiming a = time_graph_sequence_steady(enqueue_each(steps_a, stream), stream, warm_seconds, reps, 0, 0);
+            const SteadyTiming b = time_graph_sequence_steady(enqueue_each(steps_b, stream), stream, warm_seconds, reps, 0, 0);
+            ms_a.push_back(a.steady.median_ms);
+            ms_b.push_back(b.steady.median_ms);
+            ratios.push_back(a.steady.median_ms / b.steady.median_ms);
+            if (compare_promotion)
+              ms_c.push_back(time_graph_sequence_steady(enqueue_each(steps_c, stream), stream, warm_seconds, reps, 0, 0)
+                                 .steady.median_ms);
+            per_round.push_back({{"w4a16_us", a.steady.median_ms * 1e3}, {"w4a8_us", b.steady.median_ms * 1e3},
+                                 {"w4a16_mhz", a.sensors.sm_clock_mhz_median}, {"w4a8_mhz", b.sensors.sm_clock_mhz_median},
+                                 {"w4a16_w", a.sensors.power_w_median}, {"w4a8_w", b.sensors.power_w_median}});
+          }
+          auto median = [](std::vector<double> v) {
+            std::sort(v.begin(), v.end());
+            return v[v.size() / 2];
+          };
+          const double a_us = median(ms_a) * 1e3, b_us = median(ms_b) * 1e3, speedup = median(ratios);
+          fmt::print("{:<13} {:<6} {:>5}  {:<34} {:>9.2f}  {:<34} {:>9.2f}  {:>6.2f}x", model, g.name, T,
+                     plan::gemm_tile_name(tile_a), a_us, plan::gemm_tile_name(tile_b), b_us, speedup);
+          if (compare_promotion) fmt::print("  (promoted once per item: {:.2f} us)", median(ms_c) * 1e3);
+          fmt::print("\n");
+          std::fflush(stdout);
+          cases.push_back({{"model", model}, {"gemm", g.name}, {"n", g.n}, {"k", g.k}, {"tokens", T},
+                           {"routings", routings}, {"w4a16_tile", plan::gemm_tile_name(tile_a)}, {"w4a16_us", a_us},
+                           {"w4a8_tile", plan::gemm_tile_name(tile_b)}, {"w4a8_us", b_us}, {"speedup", speedup},
+                           {"sweep_w4a16_us", sweep_a * 1e3}, {"sweep_w4a8_us", sweep_b * 1e3}, {"rounds", per_round},
+                           {"fp8_promotion_stages", promotion}});
+          if (compare_promotion) cases.back()["w4a8_promoted_once_us"] = median(ms_c) * 1e3;
+        }
+      }
+    }
+    report["cases"] = cases;
+    std::ofstream(out_path) << report.dump(1) << "\n";
+    FP4MOE_CUDA_CHECK(cudaStreamDestroy(stream));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_w4a8_gemm: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

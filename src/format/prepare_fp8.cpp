@@ -1,0 +1,99 @@
+#include "format/prepare_fp8.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+
+#include "format/fp8_fragment.hpp"
+#include "format/gemm_pack.hpp"
+#include "format/prepared_layout.hpp"
+#include "fp4moe/error.hpp"
+#include "reference/detail.hpp"
+
+namespace fp4moe {
+
+namespace {
+
+// A prepared MXFP4 scale byte's exponent: 2^((b >> 3) - bias), no mantissa.
+int mxfp4_exponent(uint8_t b) { return (b >> 3) - pack::kMxfp4ScaleBias; }
+
+}  // namespace
+
+PreparedFp8Weights prepare_fp8_gemm_weights(const PreparedExpertWeights& p) {
+  FP4MOE_CHECK(p.format == Fp4Format::mxfp4,
+               "FP8 activations: the weights are " << to_string(p.format)
+                                                   << "; their e4m3 block scales carry a mantissa and would not fold "
+                                                      "into e4m3 exactly (MXFP4 weights only, docs/fp8.md)");
+  FP4MOE_CHECK(p.k % 128 == 0 && p.n % 16 == 0, "FP8 prepare: [" << p.n << ", " << p.k << "] is not prepared");
+  PreparedFp8Weights out;
+  out.experts = p.experts, out.n = p.n, out.k = p.k;
+  out.weights.assign(p.weights.size(), 0);
+  out.scales.assign(p.scales.size(), 0);
+  out.row_scale.assign(size_t(p.experts * p.n), 0.f);
+  std::vector<int64_t> below(size_t(p.experts), 0), first_row(size_t(p.experts), -1);
+  std::vector<int> span(size_t(p.experts), 0);
+  detail::parallel_for(p.experts, [&](int64_t e) {
+    const uint8_t* sc = p.scales.data() + e * p.scale_bytes_per_expert();
+    uint8_t* osc = out.scales.data() + e * p.scale_bytes_per_expert();
+    uint8_t* ow = out.weights.data() + e * p.weight_bytes_per_expert();
+    std::vector<uint8_t> codes(size_t(p.k));
+    std::vector<int> exps(size_t(p.k / 16));
+    for (int64_t row = 0; row < p.n; ++row) {
+      // the row's codes, and each 16-wide step's exponent (INT_MIN: every code zero)
+      int hi = INT_MIN, lo = INT_MAX;
+      for (int64_t col = 0; col < p.k; ++col) codes[size_t(col)] = prepared_code(p, e, row, col);
+      for (int64_t s = 0; s < p.k / 16; ++s) {
+        bool zero = true;
+        for (int i = 0; i < 16; ++i) zero &= (codes[size_t(s * 16 + i)] & 7u) == 0;
+        exps[size_t(s)] = zero ? INT_MIN : mxfp4_exponent(sc[pack::scale_offset(p.k, row, s * 16)]);
+        if (!zero) hi = std::max(hi, exps[size_t(s)]), lo = std::min(lo, exps[size_t(s)]);
+      }
+      const int row_exp = hi == INT_MIN ? 0 : hi - fp8::kFp8TableMaxShift;
+      if (hi != INT_MIN) span[size_t(e)] = std::max(span[size_t(e)], hi - lo);
+      for (int64_t s = 0; s < p.k / 16; ++s) {
+        int u = 0;
+        if (exps[size_t(s)] != INT_MIN) {
+          u = exps[size_t(s)] - row_exp - fp8::kFp8TableMinShift;
+          if (u < 0) {
+            if (s % 2 == 0 && !below[size_t(e)]++) first_row[size_t(e)] = row;  // counted once per 32-wide block
+            u = 0;
+          }
+        }
+        osc[pack::scale_offset(p.k, row, s * 16)] = uint8_t(u);
+      }
+      for (int64_t col = 0; col < p.k; ++col) {
+        const fp8::Fp8CodeSlot slot = fp8::fp8_code_slot(p.k, row, col);
+        uint32_t word;
+        std::memcpy(&word, ow + slot.byte, 4);
+        word = fp8::place_code(word, slot.index, codes[size_t(col)]);
+        std::memcpy(ow + slot.byte, &word, 4);
+      }
+      const float global = p.dequant_scale[size_t(e * p.scale_parts + (row / 16) % p.scale_parts)] / pack::kAccumulatorFactor;
+      out.row_scale[size_t(e * p.n + row)] = std::ldexp(global, row_exp);
+    }
+  });
+  for (int64_t e = 0; e < p.experts; ++e) {
+    FP4MOE_CHECK(below[size_t(e)] == 0,
+                 "FP8 activations: expert " << e << " has " << below[size_t(e)] << " nonzero MXFP4 blocks (the first in row "
+                                            << first_row[size_t(e)] << ") more than 2^"
+                                            << fp8::kFp8TableMaxShift - fp8::kFp8TableMinShift
+                                            << " below their row's largest block; they would not fold into e4m3 "
+                                               "exactly: run these weights with bf16 activations");
+    out.max_row_span = std::max(out.max_row_span, span[size_t(e)]);
+  }
+  return out;
+}
+
+uint8_t prepared_fp8_code(const PreparedFp8Weights& p, int64_t e, int64_t row, int64_t col) {
+  const fp8::Fp8CodeSlot slot = fp8::fp8_code_slot(p.k, row, col);
+  uint32_t word;
+  std::memcpy(&word, p.weights.data() + e * (p.n * p.k / 2) + slot.byte, 4);
+  const uint8_t u = p.scales[size_t(e * (p.n * p.k / 16) + pack::scale_offset(p.k, row, col))];
+  uint32_t lo, hi;
+  fp8::fold_table(u, lo, hi);
+  const uint32_t reg = slot.index < 4 ? fp8::low_register(word, lo, hi) : fp8::high_register(word, lo, hi);
+  return uint8_t(reg >> (8 * (slot.index % 4)));
+}
+
+}  // namespace fp4moe
