@@ -82,9 +82,10 @@ struct WsMainloop : WsTile<TileIndex> {
     return bytes / 128 * (T.nt * 128) + bytes % 128;
   }
 
-  // The accumulators a wgmma of m64 block b adds to: the fp32 set, or on e4m3 tiles the partial sums' set.
+  // The accumulators a wgmma of m64 block b adds to: the fp32 set, or the
+  // partial sums' set where the tile promotes them.
   __device__ __forceinline__ float* mma_target(int b) const {
-    if constexpr (T.fp8()) return acc_odd[b];
+    if constexpr (T.promotes_partial_sums()) return acc_odd[b];
     else return acc[b];
   }
 
@@ -108,7 +109,7 @@ struct WsMainloop : WsTile<TileIndex> {
       }
       wgmma::fence();
       // the item's first step overwrites the accumulators (no zeroing instructions in the pipeline);
-      // e4m3: the partial sums' set, its first step after a promotion overwrites it
+      // where partial sums are promoted, the first step after a promotion overwrites their set
 #pragma unroll
       for (int b = 0; b < kMB; ++b) {
         wgmma::mma_rs<NU, T.fp8()>(reinterpret_cast<float(&)[NU / 2]>(*mma_target(b)), a[buf][b], desc,
@@ -153,7 +154,7 @@ struct WsMainloop : WsTile<TileIndex> {
     });
   }
 
-  // e4m3 tiles: the partial sums of the stages since the last promotion added
+  // Tiles that promote partial sums: those of the stages since the last promotion added
   // to the fp32 accumulators (the first promotion of an item sets them), once
   // their wgmma are done; the stage's slot goes back with them.
   template <int NU>
@@ -178,7 +179,7 @@ struct WsMainloop : WsTile<TileIndex> {
       const uint8_t* st = smem + cursor.slot * L.smem_bytes_per_stage();
       if (p.probe == GemmProbe::loads_only) {
         release(cursor.slot);
-      } else if constexpr (T.fp8()) {
+      } else if constexpr (T.promotes_partial_sums()) {
         wgmma_stage_at<NU>(cursor.slot, since_promotion > 0, std::make_integer_sequence<int, T.max_stages>{});
         pending = cursor.slot;
         // every fp8_promotion_stages stages (0: once, at the item's end)

@@ -211,21 +211,26 @@ SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, 
 
 namespace {
 
-// e4m3 activations: the FP8 tile whose token width covers the expected rows
-// per expert (the narrowest first that does), falling back to wider ones; the
-// tuner measures the rest.
+// e4m3 activations: by rows per expert, the tile measured fastest there
+// (bench_w4a8_gemm on the H200, docs/fp8.md), falling back to the next that
+// fits (K a multiple of 256; biases); the tuner measures the rest.
 int rank_fp8_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert, bool biased) {
-  static constexpr const char* kByWidth[] = {"bm256_nt8_bk128_mt1_c1_ws_fp8", "bm256_nt16_bk128_mt1_c1_ws_fp8",
-                                             "bm256_nt32_bk128_mt1_c1_ws_fp8", "bm256_nt64_bk128_mt1_c1_ws_fp8",
-                                             "bm256_nt128_bk128_mt2_c1_ws_fp8", "bm128_nt128_bk128_mt1_c1_ws_fp8"};
-  int widest = -1;
-  for (const char* name : kByWidth) {
-    const int i = gemm_tile_index(name);
-    if (!fit_gemm_tile(i, n, k, capacity, 0, biased, ActivationType::e4m3).fits) continue;
-    if (kGemmTiles[i].nt >= 0.75 * tokens_per_expert) return i;
-    widest = i;
+  struct Preferred {
+    const char* tile;
+    double up_to_tokens_per_expert;
+  };
+  static constexpr Preferred kPreferred[] = {
+      {"bm128_nt8_bk256_mt1_c2_ws_fp8", 8},    {"bm128_nt16_bk128_mt1_c2_ws_fp8", 8},
+      {"bm256_nt32_bk128_mt1_c1_ws_fp8", 24},  {"bm256_nt64_bk128_mt1_c1_ws_fp8", 48},
+      {"bm256_nt128_bk128_mt2_c1_ws_fp8", 1e30}, {"bm256_nt64_bk128_mt1_c1_ws_fp8", 1e30},
+      {"bm128_nt128_bk128_mt1_c1_ws_fp8", 1e30},
+  };
+  for (const Preferred& want : kPreferred) {
+    if (tokens_per_expert > want.up_to_tokens_per_expert) continue;
+    const int i = gemm_tile_index(want.tile);
+    if (fit_gemm_tile(i, n, k, capacity, 0, biased, ActivationType::e4m3).fits) return i;
   }
-  return widest;
+  return -1;
 }
 
 }  // namespace

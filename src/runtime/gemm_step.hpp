@@ -62,7 +62,7 @@ struct GemmOperands {
   // [rows, K] and their scales [rows].
   uint8_t* row_copy_e4m3 = nullptr;
   float* row_scales = nullptr;
-  int fp8_promotion_stages = 1;  // GroupedGemmArgs::fp8_promotion_stages
+  int fp8_promotion_stages = 0;  // GroupedGemmArgs::fp8_promotion_stages
 };
 
 // The grouped GEMM's arguments: the one place they are filled.

@@ -358,5 +358,28 @@ TEST(GemmPlan, RankingTakesClustersOfTwoWhereNHasWholePairs) {
   EXPECT_TRUE(kGemmTiles[single].splits_k());
 }
 
+// e4m3 GEMMs rank only e4m3 tiles, by rows per expert; biased ones never the
+// tile without a biased instance; a K the 256-k stages do not divide falls
+// back to a tile of 128-k stages.
+TEST(GemmPlan, Fp8RankingTakesOnlyFp8TilesThatFit) {
+  const SmemBudget sm90 = budget_of(find_arch("sm_90"));
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4096, 6144}, {6144, 2048}, {6144, 3072}, {5888, 2944}})
+    for (bool biased : {false, true})
+      for (double tpe : {0.03, 1.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0}) {
+        const int t = rank_gemm_tiles(n, k, sm90, tpe, 128, 132, biased, ActivationType::e4m3);
+        ASSERT_GE(t, 0) << n << " x " << k << " at " << tpe;
+        EXPECT_TRUE(kGemmTiles[t].fp8()) << gemm_tile_name(t);
+        EXPECT_TRUE(fit_gemm_tile(t, n, k, sm90, 0, biased, ActivationType::e4m3).fits) << gemm_tile_name(t);
+        if (tpe <= 8 && k % 256 == 0) {
+          EXPECT_EQ(gemm_tile_name(t), "bm128_nt8_bk256_mt1_c2_ws_fp8");
+        }
+        if (tpe > 48 && !biased && n % 256 == 0) {
+          EXPECT_EQ(gemm_tile_name(t), "bm256_nt128_bk128_mt2_c1_ws_fp8");
+        }
+      }
+  // (and a bf16 GEMM never an e4m3 tile)
+  for (double tpe : {1.0, 16.0, 256.0}) EXPECT_FALSE(kGemmTiles[rank_gemm_tiles(4096, 6144, sm90, tpe, 128, 132)].fp8());
+}
+
 }  // namespace
 }  // namespace fp4moe::plan
