@@ -63,6 +63,7 @@ struct BenchOptions {
   bool deterministic = false;
   std::string finalize = "auto";
   int64_t feature_granule = 0;
+  std::string activations = "bf16";
   bool no_split_k = false;
   bool no_peers = false;
   std::string peers = peer_engines_joined(",");
@@ -246,6 +247,7 @@ void run_bench(const BenchOptions& o) {
   bo.skewed = !o.no_skewed;
   bo.layer.deterministic = o.deterministic;
   bo.layer.feature_granule = o.feature_granule;
+  bo.layer.activations = parse_activation_format(o.activations);
   bo.layer.finalize = o.finalize == "fused" ? FinalizeMode::fused : o.finalize == "split" ? FinalizeMode::split
                                                                                           : FinalizeMode::automatic;
   bo.layer.split_k = !o.no_split_k;
@@ -297,6 +299,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--peers-script", o.peers_script, "bench/peers.py (default: found next to the sources)");
   cmd->add_option("--cache", o.cache, "Tune cache file");
   cmd->add_flag("--deterministic", o.deterministic, "Split finalize");
+  cmd->add_option("--activations", o.activations, "bf16, or fp8 (W4A8: e4m3 activations; MXFP4 weights, sm_90)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
   cmd->add_option("--feature-granule", o.feature_granule,
                   "Pad H and I that are not multiples of it (gpt-oss's 2880): 256 (0, the default) or 128")
       ->check(CLI::IsMember(std::vector<int64_t>{0, 128, 256}));

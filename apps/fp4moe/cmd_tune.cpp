@@ -24,6 +24,7 @@ struct TuneOptions {
   std::string cache;
   std::string format = "nvfp4";
   bool deterministic = false;
+  std::string activations = "bf16";
 };
 
 void run_tune(const TuneOptions& o) {
@@ -41,6 +42,7 @@ void run_tune(const TuneOptions& o) {
   lo.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
   lo.tune_cache = o.cache;
   lo.deterministic = o.deterministic;
+  lo.activations = parse_activation_format(o.activations);
   MoeLayer layer(cfg, w, lo);
   Progress bar("tune");
   const auto rows = layer.tune(o.tokens, [&](int d, int n, const std::string& what) { bar.update(d, n, what); });
@@ -64,6 +66,9 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--cache", o.cache, "Tune cache file (default: $FP4MOE_CACHE, else ~/.cache/fp4moe/tune.json)");
   cmd->add_option("--format", o.format, "nvfp4 or mxfp4")->capture_default_str();
   cmd->add_flag("--deterministic", o.deterministic, "Tune the split-finalize layer");
+  cmd->add_option("--activations", o.activations, "bf16, or fp8 (W4A8; MXFP4 weights): tunes that layer's GEMMs")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
   cmd->callback([] { run_tune(o); });
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace fp4moe {
@@ -33,6 +34,13 @@ float bf16_to_float(uint16_t bits);
 // ---- matrices -------------------------------------------------------------
 enum class Fp4Format { nvfp4, mxfp4 };
 const char* to_string(Fp4Format f);
+
+// The activations the expert GEMMs multiply the FP4 weights by: bf16 (W4A16),
+// or float8_e4m3fn with an fp32 scale per row (W4A8, docs/fp8.md).
+enum class ActivationFormat { bf16, fp8 };
+const char* to_string(ActivationFormat a);
+// "bf16" or "fp8" (also "fp8_e4m3", "e4m3"); anything else is an fp4moe::Error naming it.
+ActivationFormat parse_activation_format(const std::string& name);
 
 // Bytes a GEMM reads per weight: its e2m1 code (half a byte) and its share of
 // the block's one-byte scale (the benchmarks' byte model).

@@ -56,6 +56,11 @@ struct LayerOptions {
   // weights.experts are the model's [expert_begin, expert_begin + expert_count);
   // expert_count -1: all E. DeviceMoeWeights says its range itself.
   int64_t expert_begin = 0, expert_count = -1;
+  // The routed experts' activations: bf16, or fp8 (W4A8: each GEMM's input
+  // rows quantized to e4m3 with a per-row scale, the FP4 weights folded into
+  // e4m3, FP8 tensor cores; sm_90, MXFP4 weights; docs/fp8.md). The shared
+  // expert stays bf16.
+  ActivationFormat activations = ActivationFormat::bf16;
 };
 
 // FP4 expert weights already on the GPU, in the layout a serving engine holds

@@ -39,6 +39,12 @@ Permutation permute_reference(const Routing& r, int64_t num_experts);
 // x: fp32 [T, H] (callers holding bf16 convert exactly).
 std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights& w,
                                          const float* x, int64_t tokens, const Routing& routing);
+// The same with the routed experts' arithmetic of a layer of `activations`:
+// fp8 quantizes each token's x and each pair's SwiGLU output (after rounding
+// it to bf16) to e4m3 with a per-row scale, as the layer's FP8 row copies do;
+// the weights are exact either way (docs/fp8.md). The shared expert stays bf16.
+std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights& w, const float* x, int64_t tokens,
+                                         const Routing& routing, ActivationFormat activations);
 
 // Router logits as the Hugging Face GLM-5 / DeepSeek-V3 code computes them:
 // fp32(hidden) . fp32(router_weight)^T; here in double, rounded to fp32 [T, E];

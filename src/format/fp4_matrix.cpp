@@ -41,6 +41,14 @@ const char* to_string(Fp4Format f) {
   return "unknown";
 }
 
+const char* to_string(ActivationFormat a) { return a == ActivationFormat::fp8 ? "fp8" : "bf16"; }
+
+ActivationFormat parse_activation_format(const std::string& name) {
+  if (name == "bf16") return ActivationFormat::bf16;
+  if (name == "fp8" || name == "fp8_e4m3" || name == "e4m3") return ActivationFormat::fp8;
+  throw Error("activations '" + name + "' is not bf16 or fp8");
+}
+
 float Fp4Matrix::scale(int64_t r, int64_t kb) const {
   FP4MOE_CHECK(r >= 0 && r < rows && kb >= 0 && kb < scale_cols(),
                "Fp4Matrix::scale: (" << r << ", " << kb << ") is outside the " << rows << " x " << scale_cols()

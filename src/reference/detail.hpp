@@ -38,8 +38,16 @@ struct DenseExpert {
   std::vector<float> gate_bias, up_bias, down_bias;  // empty: none
   Activation activation = Activation::swiglu;
   double limit = 0, alpha = 0;  // clamped_swiglu
+  // fp8 activations: the SwiGLU output is rounded to bf16 (as GEMM1's
+  // epilogue stores it) and quantized to e4m3 per row before the down
+  // projection, as the FP8 row copy does (the caller quantizes x).
+  bool fp8_intermediate = false;
 };
 DenseExpert dequantize_expert(const ExpertWeights& w, const MoeConfig& cfg, int64_t intermediate);
+
+// v[0..n) as e4m3 with one scale (amax / 448, quantize_rows_e4m3), optionally
+// after rounding to bf16: the values an FP8 GEMM reads.
+void quantize_row_e4m3_in_place(double* v, int64_t n, bool round_to_bf16_first);
 
 // Double dot product, ascending k, one accumulator.
 double dot(const double* x, const float* w, int64_t n);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "format/fp8_rows.hpp"
 #include "fp4moe/error.hpp"
 #include "fp4moe/reference.hpp"
 #include "reference/detail.hpp"
@@ -41,6 +42,14 @@ DenseExpert dequantize_expert(const ExpertWeights& w, const MoeConfig& cfg, int6
   return d;
 }
 
+void quantize_row_e4m3_in_place(double* v, int64_t n, bool round_to_bf16_first) {
+  std::vector<float> row(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    row[size_t(i)] = round_to_bf16_first ? bf16_to_float(bf16_from_float(float(v[i]))) : float(v[i]);
+  const Fp8Rows q = quantize_rows_e4m3(row.data(), 1, n, 0);
+  for (int64_t i = 0; i < n; ++i) v[i] = double(e4m3_decode(q.codes[size_t(i)])) * double(q.scales[0]);
+}
+
 double dot(const double* x, const float* w, int64_t n) {
   double acc = 0.0;
   for (int64_t i = 0; i < n; ++i) acc += x[i] * static_cast<double>(w[i]);
@@ -62,6 +71,7 @@ void expert_mlp(const DenseExpert& e, const double* x, double* y, double* scratc
       a[i] = h / (1.0 + std::exp(-h)) * u;
     }
   }
+  if (e.fp8_intermediate) quantize_row_e4m3_in_place(a, I, true);
   for (int64_t n = 0; n < H; ++n) y[n] = dot(a, e.down.data() + n * I, I) + bias(e.down_bias, n);
 }
 

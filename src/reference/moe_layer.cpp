@@ -59,13 +59,23 @@ void check_inputs(const MoeConfig& cfg, const MoeWeights& w, const float* x, int
 
 std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights& w, const float* x,
                                          int64_t tokens, const Routing& routing) {
+  return moe_forward_reference(cfg, w, x, tokens, routing, ActivationFormat::bf16);
+}
+
+std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights& w, const float* x, int64_t tokens,
+                                         const Routing& routing, ActivationFormat activations) {
   check_inputs(cfg, w, x, tokens, routing);
+  const bool fp8 = activations == ActivationFormat::fp8;
   const int64_t H = cfg.hidden, I = cfg.intermediate, E = cfg.num_experts, k = cfg.top_k;
   // permute_reference also rejects out-of-range expert ids.
   const Permutation perm = permute_reference(routing, E);
 
   std::vector<double> xd(static_cast<size_t>(tokens * H));
   for (int64_t i = 0; i < tokens * H; ++i) xd[static_cast<size_t>(i)] = static_cast<double>(x[i]);
+
+  // fp8: each token's row as the FP8 row copy gives it to GEMM1
+  std::vector<double> xq(fp8 ? xd : std::vector<double>{});
+  for (int64_t t = 0; fp8 && t < tokens; ++t) detail::quantize_row_e4m3_in_place(xq.data() + t * H, H, false);
 
   // Work items: every expert with at least one pair (experts without tokens
   // are never dequantized or evaluated), then the shared expert.
@@ -89,12 +99,13 @@ std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights&
         detail::expert_mlp(d, xd.data() + t * H, y_shared.data() + t * H, scratch.data());
       return;
     }
-    const detail::DenseExpert d = detail::dequantize_expert(w.experts[static_cast<size_t>(e)], cfg, I);
+    detail::DenseExpert d = detail::dequantize_expert(w.experts[static_cast<size_t>(e)], cfg, I);
+    d.fp8_intermediate = fp8;
     std::vector<double> scratch(static_cast<size_t>(I));
     for (int32_t i = perm.expert_offsets[static_cast<size_t>(e)]; i < perm.expert_offsets[static_cast<size_t>(e + 1)]; ++i) {
       const int64_t pair = perm.permuted_pair[static_cast<size_t>(i)];
       const int64_t t = pair / k;
-      detail::expert_mlp(d, xd.data() + t * H, y_pair.data() + pair * H, scratch.data());
+      detail::expert_mlp(d, (fp8 ? xq : xd).data() + t * H, y_pair.data() + pair * H, scratch.data());
     }
   });
 

@@ -30,6 +30,7 @@ std::string ForwardPlan::describe() const {
        << (g.choice.tuned ? "tuned" : "planner default") << "), " << k.stages << " stages, " << k.smem_bytes
        << " bytes of shared memory, " << k.grid << " CTAs";
     if (g.launch.copies_rows) os << ", rows copied in expert order first";
+    if (g.launch.quantizes_rows) os << ", rows quantized to e4m3 (a scale per row) in expert order first";
     if (k.k_split.splits > 1) os << ", K split " << k.k_split.splits << " ways (" << k.k_split.explanation() << ")";
     os << "\n";
   }
@@ -52,7 +53,8 @@ plan::TuneKey LayerCore::tune_key(const GemmSpec& g) const {
   const kernels::GemmEpilogue epi = g.io.epilogue;
   const char* e = epi == kernels::GemmEpilogue::swiglu ? "swiglu"
                   : epi == kernels::GemmEpilogue::scatter_add ? "scatter_add" : "store";
-  return {std::string("grouped ") + e + (g.w->biased() ? " biased" : "") + (split_k_.size() ? " split-k" : ""),
+  return {std::string("grouped ") + e + (g.w->biased() ? " biased" : "") + (split_k_.size() ? " split-k" : "") +
+              (g.w->activations == plan::ActivationType::e4m3 ? " e4m3" : ""),
           to_string(g.w->format), g.w->n, g.w->k, g.w->experts, plan::token_bucket(g.tokens_per_expert)};
 }
 
@@ -65,16 +67,18 @@ TileChoice LayerCore::choose_tile(const GemmSpec& g) const {
     if (const auto e = cache_->find(tune_key(g))) {
       for (int i = 0; i < plan::kNumGemmTiles; ++i) {
         if (plan::gemm_tile_name(i) != e->tile) continue;
-        const plan::GemmTileFit p = plan::fit_gemm_tile(i, w.n, w.k, budget, 0, w.biased());
+        const plan::GemmTileFit p = plan::fit_gemm_tile(i, w.n, w.k, budget, 0, w.biased(), w.activations);
         if (p.fits) return {i, p.stages, true};
       }
     }
   }
   TileChoice c;
-  c.tile = plan::rank_gemm_tiles(w.n, w.k, budget, g.tokens_per_expert, g.active_experts, device_.sm_count, w.biased());
-  FP4MOE_CHECK(c.tile >= 0, "no GEMM tile fits N = " << w.n << ", K = " << w.k << " on this GPU: "
-                                                       << plan::plan_gemm_tile(0, w.n, w.k, budget, 0, w.biased()).explanation);
-  c.stages = plan::fit_gemm_tile(c.tile, w.n, w.k, budget, 0, w.biased()).stages;
+  c.tile = plan::rank_gemm_tiles(w.n, w.k, budget, g.tokens_per_expert, g.active_experts, device_.sm_count, w.biased(),
+                                 w.activations);
+  FP4MOE_CHECK(c.tile >= 0, "no " << plan::activation_type_name(w.activations) << " GEMM tile fits N = " << w.n
+                                  << ", K = " << w.k << " on this GPU: "
+                                  << plan::plan_gemm_tile(0, w.n, w.k, budget, 0, w.biased()).explanation);
+  c.stages = plan::fit_gemm_tile(c.tile, w.n, w.k, budget, 0, w.biased(), w.activations).stages;
   return c;
 }
 
@@ -117,6 +121,8 @@ std::vector<LayerCore::GemmSpec> LayerCore::gemm_specs(const PlanShape& s) const
   GemmOperands io1 = operands(hidden_stand_in, permuted_token_.get(), P, offsets_.get(), GemmEpilogue::swiglu, a2_.get());
   io1.x_cols = cfg_.hidden;  // hidden states narrower than a padded K are copied with their zero pad
   io1.row_copy = x_permuted_.size() ? x_permuted_.get() : nullptr;
+  io1.row_copy_e4m3 = x_e4m3_.size() ? x_e4m3_.get() : nullptr;
+  io1.row_scales = x_scales_.size() ? x_scales_.get() : nullptr;
   g.push_back({"gemm1", "GEMM1 + SwiGLU", "gemm1", false, true, false, &routed_->w13, io1, per_expert, active});
   GemmOperands io2 = operands(a2_.get(), nullptr, P, offsets_.get(), split ? GemmEpilogue::store : GemmEpilogue::scatter_add,
                               split ? y2_.get() : nullptr);
@@ -124,6 +130,8 @@ std::vector<LayerCore::GemmSpec> LayerCore::gemm_specs(const PlanShape& s) const
   io2.permuted_pair = permuted_pair_.get();
   io2.topk_weights = topk_weights_.get();
   io2.top_k = static_cast<int>(cfg_.top_k);
+  io2.row_copy_e4m3 = a2_e4m3_.size() ? a2_e4m3_.get() : nullptr;
+  io2.row_scales = a2_scales_.size() ? a2_scales_.get() : nullptr;
   g.push_back({"gemm2", split ? "GEMM2 (split finalize)" : "GEMM2 (fused finalize)", "gemm2", false, false, !split,
                &routed_->w2, io2, per_expert, active});
   if (shared_) {
@@ -145,6 +153,10 @@ std::string LayerCore::plan_notes() const {
   if (hidden_padded_ != cfg_.hidden || intermediate_padded_ != cfg_.intermediate)
     os << "H " << cfg_.hidden << " and I " << cfg_.intermediate << " run as " << hidden_padded_ << " and "
        << intermediate_padded_ << " (padded with zero weights)\n";
+  if (opts_.activations == ActivationFormat::fp8)
+    os << "activations: the routed experts' GEMMs read e4m3 rows with a scale per row (W4A8, the FP8 row copy before "
+          "each)"
+       << (shared_ ? "; the shared expert's stay bf16" : "") << "\n";
   if (cfg_.expert_bias || cfg_.activation != Activation::swiglu)
     os << "epilogues: the biased instance (expert biases"
        << (cfg_.activation == Activation::clamped_swiglu ? ", the clamped SwiGLU" : "") << ")\n";

@@ -120,6 +120,26 @@ void LayerCore::init_workspace() {
     shared_a2_.resize(size_t(T * cfg_.shared_intermediate));
     shared_y_.resize(size_t(T * H));
   }
+  if (opts_.activations == ActivationFormat::fp8) {
+    x_e4m3_.resize(size_t(P * Hp));
+    x_scales_.resize(size_t(P));
+    a2_e4m3_.resize(size_t(P * intermediate_padded_));
+    a2_scales_.resize(size_t(P));
+  }
+}
+
+// fp8 activations: the routed experts' weights re-packed for the FP8 tiles
+// (Hopper's FP8 tensor cores; MXFP4 folds into e4m3 exactly, NVFP4 would round).
+void LayerCore::init_activations() {
+  if (opts_.activations != ActivationFormat::fp8) return;
+  FP4MOE_CHECK(device_.budget.has_wgmma(), "MoeLayer: fp8 activations run on the FP8 warpgroup-MMA tiles of sm_90; this GPU is sm_"
+                                               << device_.budget.cc);
+  FP4MOE_CHECK(routed_->w13.format == Fp4Format::mxfp4,
+               "MoeLayer: fp8 activations need MXFP4 weights; these are "
+                   << to_string(routed_->w13.format)
+                   << " (an NVFP4 block scale has a mantissa and would not fold into e4m3 exactly)");
+  routed_->w13.convert_to_fp8("MoeLayer w13");
+  routed_->w2.convert_to_fp8("MoeLayer w2");
 }
 
 LayerCore::LayerCore(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions& opts) {
@@ -173,6 +193,7 @@ LayerCore::LayerCore(const MoeConfig& cfg, const MoeWeights& w, const LayerOptio
       ones_.upload(std::vector<float>(size_t(opts_.max_tokens), 1.f));
     }
   }
+  init_activations();
   init_workspace();
 }
 
@@ -209,6 +230,7 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
     FP4MOE_CUDA_CHECK(cudaMemcpy(correction_bias_.get(), w.correction_bias, size_t(E) * sizeof(float), cudaMemcpyDeviceToDevice));
   }
   if (w.router_weight) init_router(w.router_weight, true);
+  init_activations();
   init_workspace();
 }
 
@@ -226,7 +248,8 @@ int64_t LayerCore::workspace_bytes() const {
   return int64_t(topk_ids_.bytes() + topk_weights_.bytes() + offsets_.bytes() + permuted_pair_.bytes() +
                  permuted_token_.bytes() + x_permuted_.bytes() + split_k_.bytes() + pair_pos_.bytes() +
                  dense_offsets_.bytes() + status_.bytes() + accumulate_.bytes() + a2_.bytes() + y2_.bytes() +
-                 shared_a2_.bytes() + shared_y_.bytes());
+                 shared_a2_.bytes() + shared_y_.bytes() + x_e4m3_.bytes() + x_scales_.bytes() + a2_e4m3_.bytes() +
+                 a2_scales_.bytes());
 }
 
 }  // namespace fp4moe

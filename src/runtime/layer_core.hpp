@@ -102,6 +102,7 @@ class LayerCore {
   void init_device(const MoeConfig& c, const LayerOptions& o);
   void init_router(const uint16_t* router_weight, bool on_device);
   void init_workspace();
+  void init_activations();
   void permute(const ForwardPlan& plan, const int32_t* ids, cudaStream_t stream);
   void finalize(const ForwardPlan& plan, const float* weights, bool with_shared, __nv_bfloat16* out, float* sums,
                 cudaStream_t stream);
@@ -128,6 +129,10 @@ class LayerCore {
   // GEMM1's gathered rows in expert order [P, hidden_padded] where a tile loads
   // them by TMA (sm_90) or H is padded (GemmStepLaunch::copies_rows), or empty
   DeviceBuffer<__nv_bfloat16> x_permuted_;
+  // fp8 activations (LayerOptions::activations): the routed GEMMs' inputs as
+  // e4m3 rows in expert order [P, K] and their scales [P], from the FP8 row copy
+  DeviceBuffer<uint8_t> x_e4m3_, a2_e4m3_;
+  DeviceBuffer<float> x_scales_, a2_scales_;
   // split-K partial sums and arrival counters (warp-specialized tiles, sm_90), zeroed once
   DeviceBuffer<uint8_t> split_k_;
   // optional router: logits = hidden . router_weight^T on the device

@@ -17,17 +17,30 @@ struct PreparedProjection {  // one prepared projection of all experts
   int scale_parts = 1;
   int64_t n = 0, k = 0, experts = 0;
   Fp4Format format = Fp4Format::nvfp4;
+  // e4m3: weights and scales hold the FP8 layout (format/prepare_fp8.hpp) and
+  // row_scale its per-row scales [E][N]; dequant_scale is kept for nothing.
+  plan::ActivationType activations = plan::ActivationType::bf16;
+  DeviceBuffer<float> row_scale;
 
   explicit PreparedProjection(const PreparedExpertWeights& p)
       : weights(p.weights), scales(p.scales), dequant_scale(p.dequant_scale), scale_parts(p.scale_parts), n(p.n),
         k(p.k), experts(p.experts), format(p.format) {}
   PreparedProjection() = default;
-  int64_t bytes() const { return int64_t(weights.bytes() + scales.bytes() + dequant_scale.bytes() + bias.bytes()); }
+  int64_t bytes() const {
+    return int64_t(weights.bytes() + scales.bytes() + dequant_scale.bytes() + bias.bytes() + row_scale.bytes());
+  }
   bool biased() const { return bias.size() > 0; }  // its GEMM runs the biased epilogue instance
   ProjectionView view() const {
-    return {weights.get(), scales.get(), dequant_scale.get(), biased() ? bias.get() : nullptr, scale_parts, format, n, k,
-            experts};
+    ProjectionView v{weights.get(), scales.get(), dequant_scale.get(), biased() ? bias.get() : nullptr, scale_parts,
+                     format, n, k, experts};
+    v.activations = activations;
+    v.row_scale = row_scale.get();
+    return v;
   }
+  // Re-packs the weights in place for e4m3 activations (through the host:
+  // prepare_fp8_gemm_weights); an fp4moe::Error naming `what` where they
+  // cannot fold exactly (NVFP4, blocks out of range).
+  void convert_to_fp8(const char* what);
 };
 
 struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of experts

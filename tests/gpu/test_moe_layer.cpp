@@ -144,6 +144,64 @@ TEST(GpuMoeLayer, GptOssBiasesClampAndUnalignedShapes) {
   }
 }
 
+// fp8 activations (W4A8) on gpt-oss's small and unaligned shapes: routing
+// bitwise, the output against the reference of the identical arithmetic (each
+// GEMM's input rows quantized to e4m3 as the layer's row copies do, weights
+// exact), and beside it the error against the bf16 reference (what FP8
+// activations cost). Split finalize is bitwise stable and a graph replays it.
+// Refused by name: NVFP4 weights.
+TEST(GpuMoeLayer, Fp8ActivationsAgainstTheirReference) {
+  FP4MOE_REQUIRE_GPU();
+  if (!test::first_device_has_wgmma()) GTEST_SKIP() << "fp8 activations run on sm_90's FP8 tiles";
+  MoeConfig unaligned = preset("gpt-oss-small");
+  unaligned.name = "gpt-oss-small-unaligned";
+  unaligned.hidden = 288;
+  unaligned.intermediate = 160;
+  for (const MoeConfig& cfg : {preset("gpt-oss-small"), unaligned}) {
+    for (int64_t T : {1, 5, 64, 300}) {
+      const LayerCase c = make_case(cfg, T, 300 + uint64_t(T), Fp4Format::mxfp4, 3.f);
+      for (FinalizeMode mode : {FinalizeMode::fused, FinalizeMode::split}) {
+        LayerOptions o;
+        o.max_tokens = T;
+        o.finalize = mode;
+        o.activations = ActivationFormat::fp8;
+        MoeLayer layer(c.cfg, c.w, o);
+        EXPECT_NE(layer.describe(T).find("e4m3"), std::string::npos) << layer.describe(T);
+        const std::string what = cfg.name + " T=" + std::to_string(T) + (mode == FinalizeMode::split ? " split" : " fused");
+        const GpuRun g = run_layer(layer, c);
+        const Routing route = route_reference(c.cfg, c.logits.data(), c.T, c.w.correction_bias);
+        ASSERT_EQ(g.ids, route.topk_ids) << what;
+        ASSERT_EQ(0, std::memcmp(g.weights.data(), route.topk_weights.data(), g.weights.size() * 4)) << what;
+        std::vector<float> got(size_t(c.T * c.cfg.hidden));
+        for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_float(g.out[i]);
+        int64_t unwritten = 0;
+        const double err = test::rel_frobenius(
+            got, moe_forward_reference(c.cfg, c.w, c.x.values.data(), c.T, route, ActivationFormat::fp8), &unwritten);
+        const double vs_bf16 =
+            test::rel_frobenius(got, moe_forward_reference(c.cfg, c.w, c.x.values.data(), c.T, route), nullptr);
+        EXPECT_EQ(unwritten, 0) << what;
+        EXPECT_LT(err, 2e-2) << what;
+        EXPECT_LT(vs_bf16, 6e-2) << what;
+        std::printf("  %-40s fp8 rel err %.3e against its reference, %.3e against bf16's\n", what.c_str(), err, vs_bf16);
+        if (T == 64 && mode == FinalizeMode::split) {
+          EXPECT_EQ(run_layer(layer, c).out, g.out) << what << ": not bitwise stable";
+          EXPECT_EQ(run_layer(layer, c, /*graph=*/true).out, g.out) << what << ": graph replay differs from eager";
+        }
+      }
+    }
+  }
+  const LayerCase nv = make_case(preset("glm5-small"), 4, 9);
+  LayerOptions o;
+  o.activations = ActivationFormat::fp8;
+  try {
+    MoeLayer layer(nv.cfg, nv.w, o);
+    ADD_FAILURE() << "an fp8 layer of NVFP4 weights was built";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8 activations need MXFP4 weights; these are nvfp4"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(GpuMoeLayer, SplitFinalizeIsBitwiseStableAndGraphEqualsEager) {
   FP4MOE_REQUIRE_GPU();
   const LayerCase c = make_case("glm5-small", 300, 7);
