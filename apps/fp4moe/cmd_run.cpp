@@ -132,7 +132,8 @@ void run_cpu(const RunOptions& o, const std::string& why) {
   const Inputs in = random_inputs(cfg, o.tokens, o.seed);
   t0 = std::chrono::steady_clock::now();
   const Routing routing = route_reference(cfg, in.logits.data(), o.tokens, w.correction_bias);
-  const std::vector<float> out = moe_forward_reference(cfg, w, in.x.data(), o.tokens, routing);
+  const std::vector<float> out =
+      moe_forward_reference(cfg, w, in.x.data(), o.tokens, routing, parse_activation_format(o.activations));
   const double ms_f = ms_since(t0);
   double norm = 0;
   for (float v : out) norm += double(v) * v;
@@ -140,7 +141,8 @@ void run_cpu(const RunOptions& o, const std::string& why) {
   fmt::print("  weights    {}, {} in {:.1f} ms\n", layer.source, o.checkpoint.empty() ? "made" : "loaded", ms_w);
   print_notes(layer);
   fmt::print("  tokens     {}\n", o.tokens);
-  fmt::print("  forward    {:.1f} ms (routing, permutation, expert MLPs in double, weighted sum)\n", ms_f);
+  fmt::print("  forward    {:.1f} ms (routing, permutation, expert MLPs in double{}, weighted sum)\n", ms_f,
+             o.activations == "fp8" ? ", each GEMM's input rows on e4m3" : "");
   fmt::print("  output     [{}, {}], rms {:.4g}\n", o.tokens, cfg.hidden, std::sqrt(norm / double(out.size())));
 }
 

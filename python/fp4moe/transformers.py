@@ -229,7 +229,7 @@ def load_modelopt(model: torch.nn.Module, path: str, *, experts: str = "fp4moe",
 
 
 def load_gpt_oss(block: torch.nn.Module, path: str, *, layer: int, max_tokens: int = 1024,
-                 finalize: str = "split") -> torch.nn.Module:
+                 finalize: str = "split", activations: str = "bf16") -> torch.nn.Module:
     """Replaces a transformers ``GptOssMLP``'s experts with MoE layer ``layer`` of
     the gpt-oss checkpoint directory ``path`` (OpenAI's MXFP4 layout, read by
     fp4moe: the same validation and errors as ``fp4moe inspect``). The block
@@ -238,7 +238,7 @@ def load_gpt_oss(block: torch.nn.Module, path: str, *, layer: int, max_tokens: i
     experts = getattr(block, "experts", None)
     if experts is None or not hasattr(experts, "gate_up_proj_bias") or not hasattr(block, "router"):
         raise ValueError(f"load_gpt_oss: {type(block).__name__} is not a gpt-oss MoE block (router, experts with biases)")
-    layer_ = MoeLayer.from_modelopt(path, layer, max_tokens=max_tokens, finalize=finalize)
+    layer_ = MoeLayer.from_modelopt(path, layer, max_tokens=max_tokens, finalize=finalize, activations=activations)
     E = int(layer_.config["num_experts"])
     if E != experts.gate_up_proj.shape[0] or int(layer_.config["hidden"]) != experts.gate_up_proj.shape[1]:
         raise ValueError(f"load_gpt_oss: {path} layer {layer} has E = {E}, H = {layer_.config['hidden']}; the block has "

@@ -20,6 +20,9 @@ constexpr std::array<std::pair<const char*, FinalizeMode>, 3> kFinalize{
 const auto& spellings(Scoring) { return kScoring; }
 const auto& spellings(Activation) { return kActivation; }
 const auto& spellings(FinalizeMode) { return kFinalize; }
+constexpr std::array<std::pair<const char*, ActivationFormat>, 2> kActivations{
+    {{"bf16", ActivationFormat::bf16}, {"fp8", ActivationFormat::fp8}}};
+const auto& spellings(ActivationFormat) { return kActivations; }
 
 // Every field the JSON objects carry, with its key: the one list that writing,
 // reading and the unknown-key check all follow.
@@ -37,6 +40,7 @@ template <class O, class F>
 void option_fields(O& o, F&& f) {
   f("max_tokens", o.max_tokens), f("tune_cache", o.tune_cache), f("use_tune_cache", o.use_tune_cache);
   f("deterministic", o.deterministic), f("finalize", o.finalize), f("device", o.device), f("split_k", o.split_k);
+  f("activations", o.activations);
 }
 
 template <class T>

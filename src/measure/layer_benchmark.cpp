@@ -247,6 +247,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
           {"format", weights.experts.at(0).gate.format == Fp4Format::mxfp4 ? "mxfp4" : "nvfp4"},
           {"routing_rule", routing_rule_json(cfg)},
           {"finalize", layer.finalize_mode() == FinalizeMode::split ? "split" : "fused"},
+          {"activations", to_string(lo.activations)},
           {"split_k", lo.split_k},
           {"ceilings", ceilings_json(ceil)},
           {"notes", peer_note},
@@ -378,9 +379,11 @@ std::string layer_bench_peer_table(const json& r) {
 std::string layer_bench_table(const json& r) {
   std::ostringstream os;
   const json& ce = r.at("ceilings");
-  os << fmt::format("GPU: {}; model {} ({} finalize); ceilings this run at steady state: copy {:.2f} TB/s, cuBLAS bf16 {:.0f} TFLOP/s",
+  os << fmt::format("GPU: {}; model {} ({} finalize, {} activations); ceilings this run at steady state: copy {:.2f} "
+                    "TB/s, cuBLAS bf16 {:.0f} TFLOP/s",
                     r["device"].get<std::string>(), r["model"].get<std::string>(), r["finalize"].get<std::string>(),
-                    ce["copy_tb_per_s"].get<double>(), ce["bf16_tflop_per_s"].get<double>());
+                    r.value("activations", std::string("bf16")), ce["copy_tb_per_s"].get<double>(),
+                    ce["bf16_tflop_per_s"].get<double>());
   if (ce.contains("copy_tb_per_s_burst"))
     os << fmt::format(" (at the start: {:.2f} TB/s, {:.0f} TFLOP/s)", ce["copy_tb_per_s_burst"].get<double>(),
                       ce["bf16_tflop_per_s_burst"].get<double>());

@@ -118,13 +118,13 @@ struct GemmTile {
   constexpr bool reallocates_registers() const {
     return warp_m_tiles * nt > (wgmma ? 128 : 64) || (wgmma && register_cap() < 128) || register_cap() < 64;
   }
-  // e4m3 tiles of up to 128 accumulators per thread over their consumer
-  // warpgroups can keep their wgmma's partial sums in a second set and add it to the fp32 one every few stages
+  // e4m3 tiles of up to 64 accumulators per thread over their consumer
+  // warpgroups (more spill) can keep their wgmma's partial sums in a second set and add it to the fp32 one every few stages
   // (GroupedGemmArgs::fp8_promotion_stages; docs/fp8.md, "Accumulation"): the
   // FP8 tensor cores keep fewer bits than fp32. Wider tiles have no registers
   // for a second set and accumulate in place.
   constexpr bool promotes_partial_sums() const {
-    return fp8() && accumulators_per_thread() * consumer_warpgroups() <= 128;
+    return fp8() && accumulators_per_thread() * consumer_warpgroups() <= 64;
   }
   // mma.sync with short chains (few token tiles) alternates two accumulator
   // sets so that consecutive mma.sync do not wait on each other; e4m3 tiles
@@ -262,12 +262,11 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm256_nt16_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 16, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     {.name = "bm256_nt32_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 32, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     {.name = "bm256_nt64_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 5, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
-    {.name = "bm128_nt128_bk128_mt1_c1_ws_fp8", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
+    // (K-loop widths 64 and 128: with the default four, or six stages, ptxas spills its plain instance)
+    {.name = "bm128_nt128_bk128_mt1_c1_ws_fp8", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 64, .activations = ActivationType::e4m3},
     // decode sizes: two CTAs of two consumer warpgroups per SM, twice the items of bm256 in a round
     {.name = "bm128_nt8_bk256_mt1_c2_ws_fp8", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 2, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     {.name = "bm128_nt16_bk128_mt1_c2_ws_fp8", .bm = 128, .nt = 16, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 2, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
-    // 128 tokens on four consumer warpgroups, the K loop as wide as the rows in steps of 16 (biased GEMMs' prefill)
-    {.name = "bm256_nt128_bk128_mt1_c1_ws_w16_fp8", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 16, .activations = ActivationType::e4m3},
     {.name = "bm256_nt128_bk128_mt2_c1_ws_fp8", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .biased_instance = false, .activations = ActivationType::e4m3},
 };
 inline constexpr int kNumGemmTiles = sizeof(kGemmTiles) / sizeof(kGemmTiles[0]);

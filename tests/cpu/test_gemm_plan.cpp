@@ -374,7 +374,7 @@ TEST(GemmPlan, Fp8RankingTakesOnlyFp8TilesThatFit) {
           EXPECT_EQ(gemm_tile_name(t), "bm128_nt8_bk256_mt1_c2_ws_fp8");
         }
         if (tpe > 48 && n % 256 == 0) {
-          EXPECT_EQ(gemm_tile_name(t), biased ? "bm256_nt128_bk128_mt1_c1_ws_w16_fp8" : "bm256_nt128_bk128_mt2_c1_ws_fp8");
+          EXPECT_EQ(gemm_tile_name(t), biased ? "bm256_nt64_bk128_mt1_c1_ws_fp8" : "bm256_nt128_bk128_mt2_c1_ws_fp8");
         }
       }
   // (and a bf16 GEMM never an e4m3 tile)

@@ -186,3 +186,14 @@ def test_parallel_layer_arguments_are_named_without_a_gpu():
         with pytest.raises(ValueError) as e:
             fp4moe.ParallelMoeLayer.random(cfg, **kwargs)
         assert needle in str(e.value), (kwargs, str(e.value))
+
+
+def test_activations_option_is_checked_by_name():
+    cfg = dict(fp4moe.preset("gpt-oss-small"))
+    t = random_layer(cfg, np.random.default_rng(4))
+    with pytest.raises(ValueError, match="activations 'int8' is not one of bf16, fp8"):
+        fp4moe.MoeLayer.from_tensors(cfg, *t, activations="int8")
+    with pytest.raises(ValueError, match="activations 'e5m2'"):
+        fp4moe.MoeLayer.random(cfg, activations="e5m2")
+    with pytest.raises(ValueError, match="activations 'fp16'"):
+        fp4moe.ParallelMoeLayer.random(cfg, rank=0, ranks=1, unique_id=fp4moe.nccl_unique_id(), activations="fp16")
