@@ -33,44 +33,68 @@ PreparedFp8Weights prepare_fp8_gemm_weights(const PreparedExpertWeights& p) {
   out.row_scale.assign(size_t(p.experts * p.n), 0.f);
   std::vector<int64_t> below(size_t(p.experts), 0), first_row(size_t(p.experts), -1);
   std::vector<int> span(size_t(p.experts), 0);
+  // One 16-row group at a time: its codes decoded from the FP4 layout's words,
+  // each row's exponents and fold codes, then the FP8 layout's words.
   detail::parallel_for(p.experts, [&](int64_t e) {
+    const uint8_t* w = p.weights.data() + e * p.weight_bytes_per_expert();
     const uint8_t* sc = p.scales.data() + e * p.scale_bytes_per_expert();
     uint8_t* osc = out.scales.data() + e * p.scale_bytes_per_expert();
     uint8_t* ow = out.weights.data() + e * p.weight_bytes_per_expert();
-    std::vector<uint8_t> codes(size_t(p.k));
-    std::vector<int> exps(size_t(p.k / 16));
-    for (int64_t row = 0; row < p.n; ++row) {
-      // the row's codes, and each 16-wide step's exponent (INT_MIN: every code zero)
-      int hi = INT_MIN, lo = INT_MAX;
-      for (int64_t col = 0; col < p.k; ++col) codes[size_t(col)] = prepared_code(p, e, row, col);
-      for (int64_t s = 0; s < p.k / 16; ++s) {
-        bool zero = true;
-        for (int i = 0; i < 16; ++i) zero &= (codes[size_t(s * 16 + i)] & 7u) == 0;
-        exps[size_t(s)] = zero ? INT_MIN : mxfp4_exponent(sc[pack::scale_offset(p.k, row, s * 16)]);
-        if (!zero) hi = std::max(hi, exps[size_t(s)]), lo = std::min(lo, exps[size_t(s)]);
-      }
-      const int row_exp = hi == INT_MIN ? 0 : hi - fp8::kFp8TableMaxShift;
-      if (hi != INT_MIN) span[size_t(e)] = std::max(span[size_t(e)], hi - lo);
-      for (int64_t s = 0; s < p.k / 16; ++s) {
-        int u = 0;
-        if (exps[size_t(s)] != INT_MIN) {
-          u = exps[size_t(s)] - row_exp - fp8::kFp8TableMinShift;
-          if (u < 0) {
-            if (s % 2 == 0 && !below[size_t(e)]++) first_row[size_t(e)] = row;  // counted once per 32-wide block
-            u = 0;
+    const int64_t K = p.k;
+    std::vector<uint8_t> codes(size_t(16 * K));  // [16 rows][K]
+    std::vector<int> exps(size_t(K / 16));
+    for (int64_t rg = 0; rg < p.n / 16; ++rg) {
+      for (int64_t kc = 0; kc < K / 64; ++kc)
+        for (int lane = 0; lane < pack::kLanes; ++lane)
+          for (int t = 0; t < 4; ++t) {
+            uint32_t word;
+            std::memcpy(&word, w + pack::word_offset(K, rg, kc, lane, t), 4);
+            for (int reg = 0; reg < 4; ++reg)
+              for (int half = 0; half < 2; ++half) {  // gemm_pack.hpp: reg 1, 3 rows + 8; reg 2, 3 columns + 8
+                const pack::CodeBits b = pack::kCodeBits[reg][half];
+                const int r = lane / 4 + 8 * (reg % 2);
+                const int64_t col = kc * 64 + 16 * t + 2 * (lane % 4) + half + 8 * (reg / 2);
+                codes[size_t(r * K + col)] = uint8_t(((word >> b.sign) & 1u) << 3 | ((word >> b.m2) & 1u) << 2 |
+                                                     ((word >> b.m1) & 1u) << 1 | ((word >> b.m0) & 1u));
+              }
           }
+      for (int r = 0; r < 16; ++r) {
+        const int64_t row = rg * 16 + r;
+        const uint8_t* rc = codes.data() + r * K;
+        // each 16-wide step's exponent (INT_MIN: every code zero)
+        int hi = INT_MIN, lo = INT_MAX;
+        for (int64_t s = 0; s < K / 16; ++s) {
+          bool zero = true;
+          for (int i = 0; i < 16; ++i) zero &= (rc[s * 16 + i] & 7u) == 0;
+          exps[size_t(s)] = zero ? INT_MIN : mxfp4_exponent(sc[pack::scale_offset(K, row, s * 16)]);
+          if (!zero) hi = std::max(hi, exps[size_t(s)]), lo = std::min(lo, exps[size_t(s)]);
         }
-        osc[pack::scale_offset(p.k, row, s * 16)] = uint8_t(u);
+        const int row_exp = hi == INT_MIN ? 0 : hi - fp8::kFp8TableMaxShift;
+        if (hi != INT_MIN) span[size_t(e)] = std::max(span[size_t(e)], hi - lo);
+        for (int64_t s = 0; s < K / 16; ++s) {
+          int u = 0;
+          if (exps[size_t(s)] != INT_MIN) {
+            u = exps[size_t(s)] - row_exp - fp8::kFp8TableMinShift;
+            if (u < 0) {
+              if (s % 2 == 0 && !below[size_t(e)]++) first_row[size_t(e)] = row;  // counted once per 32-wide block
+              u = 0;
+            }
+          }
+          osc[pack::scale_offset(K, row, s * 16)] = uint8_t(u);
+        }
+        const float global = p.dequant_scale[size_t(e * p.scale_parts + (row / 16) % p.scale_parts)] / pack::kAccumulatorFactor;
+        out.row_scale[size_t(e * p.n + row)] = std::ldexp(global, row_exp);
       }
-      for (int64_t col = 0; col < p.k; ++col) {
-        const fp8::Fp8CodeSlot slot = fp8::fp8_code_slot(p.k, row, col);
-        uint32_t word;
-        std::memcpy(&word, ow + slot.byte, 4);
-        word = fp8::place_code(word, slot.index, codes[size_t(col)]);
-        std::memcpy(ow + slot.byte, &word, 4);
-      }
-      const float global = p.dequant_scale[size_t(e * p.scale_parts + (row / 16) % p.scale_parts)] / pack::kAccumulatorFactor;
-      out.row_scale[size_t(e * p.n + row)] = std::ldexp(global, row_exp);
+      // the FP8 words: lane l, k32 step j, row half h hold row l/4 + 8h's codes at k 32j + 4c.. and 32j + 16 + 4c..
+      for (int64_t kc = 0; kc < K / 64; ++kc)
+        for (int lane = 0; lane < pack::kLanes; ++lane)
+          for (int j = 0; j < 2; ++j)
+            for (int h = 0; h < 2; ++h) {
+              const uint8_t* rc = codes.data() + (lane / 4 + 8 * h) * K + kc * 64 + 32 * j + 4 * (lane % 4);
+              uint32_t word = 0;
+              for (int i = 0; i < 4; ++i) word = fp8::place_code(fp8::place_code(word, i, rc[i]), 4 + i, rc[16 + i]);
+              std::memcpy(ow + ((rg * (K / 64) + kc) * pack::kLanes + lane) * 16 + 4 * (2 * j + h), &word, 4);
+            }
     }
   });
   for (int64_t e = 0; e < p.experts; ++e) {
