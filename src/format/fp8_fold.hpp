@@ -35,16 +35,6 @@ FP4MOE_HD constexpr uint8_t e2m1_to_e4m3(uint8_t code, int shift) {
   return static_cast<uint8_t>(sign | (half_more ? 3 << (p + 8) : 1 << (p + 9)));
 }
 
-// The eight magnitudes e2m1_to_e4m3(0..7, shift) as two little-endian words,
-// the byte table a kernel's byte permute (prmt) reads with 3-bit selectors.
-FP4MOE_HD constexpr void e4m3_fold_table(int shift, uint32_t& lo, uint32_t& hi) {
-  lo = 0, hi = 0;
-  for (int c = 0; c < 4; ++c) {
-    lo |= uint32_t(e2m1_to_e4m3(uint8_t(c), shift)) << (8 * c);
-    hi |= uint32_t(e2m1_to_e4m3(uint8_t(c + 4), shift)) << (8 * c);
-  }
-}
-
 // An MXFP4 matrix's fold into e4m3: per output row the power of two left
 // for the epilogue, and what could not be folded exactly.
 struct Mxfp4Fold {

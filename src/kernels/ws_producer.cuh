@@ -1,9 +1,9 @@
 // The warp-specialized kernel's producer: one thread of the producer warpgroup
 // fills the stage ring. Per stage, one tensor copy of the weights, one of the
 // block scales (src/plan/tma_geometry.hpp) and one per 128-byte atom of the
-// activation rows (64 k of bf16, 128 of e4m3), 128-byte swizzled as wgmma reads them: a few instructions
-// per stage, so the ring stays full however busy the consumers keep the SM's
-// schedulers. The rows are in expert order (the layer copies gathered rows
+// activation rows (64 k of bf16, 128 of e4m3), 128-byte swizzled as wgmma
+// reads them: a few instructions per stage, so the ring stays full however
+// busy the consumers keep the SM's schedulers. The rows are in expert order (the layer copies gathered rows
 // first). Completion is the "full" barrier's transaction count.
 #pragma once
 #include <cstdint>

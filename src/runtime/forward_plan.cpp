@@ -75,9 +75,13 @@ TileChoice LayerCore::choose_tile(const GemmSpec& g) const {
   TileChoice c;
   c.tile = plan::rank_gemm_tiles(w.n, w.k, budget, g.tokens_per_expert, g.active_experts, device_.sm_count, w.biased(),
                                  w.activations);
-  FP4MOE_CHECK(c.tile >= 0, "no " << plan::activation_type_name(w.activations) << " GEMM tile fits N = " << w.n
-                                  << ", K = " << w.k << " on this GPU: "
-                                  << plan::plan_gemm_tile(0, w.n, w.k, budget, 0, w.biased()).explanation);
+  if (c.tile < 0) {  // the first tile of the GEMM's activation type says why
+    int first = 0;
+    while (first + 1 < plan::kNumGemmTiles && plan::kGemmTiles[first].activations != w.activations) ++first;
+    throw Error("no " + std::string(plan::activation_type_name(w.activations)) + " GEMM tile fits N = " +
+                std::to_string(w.n) + ", K = " + std::to_string(w.k) + " on this GPU: " +
+                plan::plan_gemm_tile(first, w.n, w.k, budget, 0, w.biased(), w.activations).explanation);
+  }
   c.stages = plan::fit_gemm_tile(c.tile, w.n, w.k, budget, 0, w.biased(), w.activations).stages;
   return c;
 }

@@ -110,8 +110,10 @@ void LayerCore::init_workspace() {
   if (finalize_ == FinalizeMode::split) y2_.resize(size_t(P * Hp));
   else accumulate_.resize(size_t(T * Hp));
   // GEMM1's row copy (GemmStepLaunch::copies_rows): wherever tiles that load
-  // their rows by TMA can run, and wherever H is padded.
-  if (device_.budget.has_wgmma() || Hp != H) x_permuted_.resize(size_t(P * Hp));
+  // their rows by TMA can run, and wherever H is padded; fp8 layers' GEMM1
+  // reads its FP8 row copy instead.
+  if ((device_.budget.has_wgmma() || Hp != H) && opts_.activations != ActivationFormat::fp8)
+    x_permuted_.resize(size_t(P * Hp));
   if (device_.budget.has_wgmma() && opts_.split_k) {
     split_k_.resize(size_t(plan::kSplitKWorkspaceBytes));
     split_k_.fill_bytes(0);  // the arrival counters; every launch leaves them zero

@@ -105,16 +105,22 @@ TEST(GpuMoeLayer, PresetsAgainstTheReference) {
   }
 }
 
+// gpt-oss-small at H = 288 and I = 160: like gpt-oss's 2880, not multiples of the K granule.
+MoeConfig unaligned_gpt_oss() {
+  MoeConfig c = preset("gpt-oss-small");
+  c.name = "gpt-oss-small-unaligned";
+  c.hidden = 288;
+  c.intermediate = 160;
+  return c;
+}
+
 // gpt-oss: MXFP4 experts with biases and the clamped SwiGLU in the GEMM
 // epilogues; and a shape whose H and I (288, 160) are, like gpt-oss's 2880,
 // not multiples of the K granule: run padded, the pad adding nothing.
 // Hidden states of stddev 3 drive a share of the activations into the clamp.
 TEST(GpuMoeLayer, GptOssBiasesClampAndUnalignedShapes) {
   FP4MOE_REQUIRE_GPU();
-  MoeConfig unaligned = preset("gpt-oss-small");
-  unaligned.name = "gpt-oss-small-unaligned";
-  unaligned.hidden = 288;
-  unaligned.intermediate = 160;
+  const MoeConfig unaligned = unaligned_gpt_oss();
   struct Run {
     MoeConfig cfg;
     int64_t granule;  // LayerOptions::feature_granule: 0 pads 288 and 160 to 512 and 256, 128 to 384 and 256
@@ -153,10 +159,7 @@ TEST(GpuMoeLayer, GptOssBiasesClampAndUnalignedShapes) {
 TEST(GpuMoeLayer, Fp8ActivationsAgainstTheirReference) {
   FP4MOE_REQUIRE_GPU();
   if (!test::first_device_has_wgmma()) GTEST_SKIP() << "fp8 activations run on sm_90's FP8 tiles";
-  MoeConfig unaligned = preset("gpt-oss-small");
-  unaligned.name = "gpt-oss-small-unaligned";
-  unaligned.hidden = 288;
-  unaligned.intermediate = 160;
+  const MoeConfig unaligned = unaligned_gpt_oss();
   for (const MoeConfig& cfg : {preset("gpt-oss-small"), unaligned}) {
     for (int64_t T : {1, 5, 64, 300}) {
       const LayerCase c = make_case(cfg, T, 300 + uint64_t(T), Fp4Format::mxfp4, 3.f);
