@@ -22,6 +22,7 @@
 #include "measure/steady_timing.hpp"
 #include "plan/gemm_plan.hpp"
 #include "plan/split_k.hpp"
+#include "interleaved_rounds.hpp"
 #include "routed_batch.hpp"
 #include "step_launches.hpp"
 #include "runtime/device_buffer.hpp"
@@ -193,29 +194,18 @@ int main(int argc, char** argv) {
             steps_c = steps_b;
             for (GemmStepLaunch& st : steps_c) st.gemm.params.fp8_promotion_stages = 1;
           }
-          std::vector<double> ms_a, ms_b, ms_c, ratios;
-          json per_round = json::array();
-          for (int r = 0; r < rounds; ++r) {  // A then B, every round: the clocks both see alike
-            const SteadyTiming a = time_graph_sequence_steady(enqueue_each(steps_a, stream), stream, warm_seconds, reps, 0, 0);
-            const SteadyTiming b = time_graph_sequence_steady(enqueue_each(steps_b, stream), stream, warm_seconds, reps, 0, 0);
-            ms_a.push_back(a.steady.median_ms);
-            ms_b.push_back(b.steady.median_ms);
-            ratios.push_back(a.steady.median_ms / b.steady.median_ms);
-            if (compare_promotion)
-              ms_c.push_back(time_graph_sequence_steady(enqueue_each(steps_c, stream), stream, warm_seconds, reps, 0, 0)
-                                 .steady.median_ms);
-            per_round.push_back({{"w4a16_us", a.steady.median_ms * 1e3}, {"w4a8_us", b.steady.median_ms * 1e3},
-                                 {"w4a16_mhz", a.sensors.sm_clock_mhz_median}, {"w4a8_mhz", b.sensors.sm_clock_mhz_median},
-                                 {"w4a16_w", a.sensors.power_w_median}, {"w4a8_w", b.sensors.power_w_median}});
-          }
-          auto median = [](std::vector<double> v) {
-            std::sort(v.begin(), v.end());
-            return v[v.size() / 2];
+          auto timed = [&](const std::vector<GemmStepLaunch>& steps) {
+            return [&] { return time_graph_sequence_steady(enqueue_each(steps, stream), stream, warm_seconds, reps, 0, 0); };
           };
-          const double a_us = median(ms_a) * 1e3, b_us = median(ms_b) * 1e3, speedup = median(ratios);
+          std::vector<std::pair<std::string, std::function<SteadyTiming()>>> sides = {{"w4a16", timed(steps_a)},
+                                                                                      {"w4a8", timed(steps_b)}};
+          if (compare_promotion) sides.emplace_back("w4a8_promoted_every_stage", timed(steps_c));
+          const bench::InterleavedTiming ab = bench::time_interleaved(sides, rounds);
+          const double a_us = ab.median_ms[0] * 1e3, b_us = ab.median_ms[1] * 1e3, speedup = ab.ratio;
+          const json& per_round = ab.rounds;
           fmt::print("{:<13} {:<6} {:>5}  {:<34} {:>9.2f}  {:<34} {:>9.2f}  {:>6.2f}x", model, g.name, T,
                      plan::gemm_tile_name(tile_a), a_us, plan::gemm_tile_name(tile_b), b_us, speedup);
-          if (compare_promotion) fmt::print("  (promoted every stage: {:.2f} us)", median(ms_c) * 1e3);
+          if (compare_promotion) fmt::print("  (promoted every stage: {:.2f} us)", ab.median_ms[2] * 1e3);
           fmt::print("\n");
           std::fflush(stdout);
           cases.push_back({{"model", model}, {"gemm", g.name}, {"n", g.n}, {"k", g.k}, {"tokens", T},
@@ -223,7 +213,7 @@ int main(int argc, char** argv) {
                            {"w4a8_tile", plan::gemm_tile_name(tile_b)}, {"w4a8_us", b_us}, {"speedup", speedup},
                            {"sweep_w4a16_us", sweep_a * 1e3}, {"sweep_w4a8_us", sweep_b * 1e3}, {"rounds", per_round},
                            {"fp8_promotion_stages", promotion}});
-          if (compare_promotion) cases.back()["w4a8_promoted_every_stage_us"] = median(ms_c) * 1e3;
+          if (compare_promotion) cases.back()["w4a8_promoted_every_stage_us"] = ab.median_ms[2] * 1e3;
         }
       }
     }

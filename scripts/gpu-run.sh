@@ -3,8 +3,8 @@
 # a short table last. Binaries come prebuilt (carry build/release/bin).
 #   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|w4a8|layer|gpt-oss|host|parallel|modelopt|sanitize|all]
 #   (bench: GEMM tiles at decode and prefill sizes, the K loop's wgmma rate and W4A8 against W4A16; decode,
-#    prefill: those sizes only; w4a8: the GEMM steps with e4m3 activations against bf16, interleaved (bench_w4a8_gemm,
-#    W4A8_TOKENS to choose T, W4A8_MODELS the presets);
+#    prefill: those sizes only; w4a8: the GEMM steps and the whole layer with e4m3 activations against bf16,
+#    interleaved (bench_w4a8_gemm, bench_w4a8_layer; W4A8_TOKENS to choose T, W4A8_MODELS the presets);
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
 #    gpt-oss: fp4moe bench --model gpt-oss-120b (untuned; GPT_OSS_TOKENS to choose T; GLM5_TOKENS for layer);
 #    both beside the peer engines of bench/peers.py (scripts/fetch-peers.sh puts them in .whl/peers);
@@ -114,6 +114,12 @@ if [ "$WHAT" = w4a8 ] || [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     --out "$OUT/bench_w4a8_gemm.json" 2>&1 | tee "$OUT/bench_w4a8_gemm.log"
   summary+=("bench_w4a8_gemm: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s")
   summary+=("$(grep -E 'gemm[12] ' "$OUT/bench_w4a8_gemm.log" | awk '{printf "%s %s T=%s %s; ", $1, $2, $3, $NF}')")
+  # the whole layer, W4A8 against W4A16 on the same MXFP4 weights (planner's tiles; LAYER_CACHE: both tuned from it)
+  start=$(date +%s)
+  ${LAYER_CACHE:+env FP4MOE_CACHE=$LAYER_CACHE} "$BIN/bench_w4a8_layer" ${W4A8_TOKENS:+--tokens $W4A8_TOKENS} \
+    ${W4A8_MODELS:+--models $W4A8_MODELS} ${LAYER_CACHE:+--tune-cache} --out "$OUT/bench_w4a8_layer.json" 2>&1 |
+    tee "$OUT/bench_w4a8_layer.log"
+  summary+=("bench_w4a8_layer: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s")
 fi
 if [ "$WHAT" = rate ] || [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   # the decode K loop's math alone (wgmma and dequantization, no loads) by token width

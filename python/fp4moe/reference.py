@@ -57,9 +57,12 @@ def moe_forward(config: Any, w13: np.ndarray, w13_scale: np.ndarray, w13_scale_2
                 w2: np.ndarray, w2_scale: np.ndarray, w2_scale_2: Optional[np.ndarray], hidden_states: np.ndarray, *,
                 router_logits: Optional[np.ndarray] = None, topk_ids: Optional[np.ndarray] = None,
                 topk_weights: Optional[np.ndarray] = None, shared_expert: Optional[Sequence[Any]] = None,
-                e_score_correction_bias: Optional[np.ndarray] = None, format: Optional[str] = None) -> np.ndarray:
+                e_score_correction_bias: Optional[np.ndarray] = None, format: Optional[str] = None,
+                activations: str = "bf16") -> np.ndarray:
     """The CPU reference MoE layer, fp32 [T, H], on the tensors MoeLayer.from_tensors
-    takes (w13 [gate; up], linear scales), as numpy arrays. hidden_states fp32 [T, H]."""
+    takes (w13 [gate; up], linear scales), as numpy arrays. hidden_states fp32 [T, H].
+    ``activations="fp8"``: each routed GEMM's input rows rounded to e4m3 with one
+    scale per row, as the layer built with that option computes (docs/fp8.md)."""
     fmt = format or ("mxfp4" if w13_scale_2 is None else "nvfp4")
     x = np.ascontiguousarray(hidden_states, dtype=np.float32)
     out = np.empty(x.shape, dtype=np.float32)
@@ -70,5 +73,5 @@ def moe_forward(config: Any, w13: np.ndarray, w13_scale: np.ndarray, w13_scale_2
                 s[i] = np.asarray(s[i]).reshape((1,) + np.shape(s[i]))
     _native.fn("reference_forward")(as_config_json(config), fmt, w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2,
                                      s[0], s[1], s[2], s[3], s[4], s[5], e_score_correction_bias, x, router_logits,
-                                     topk_ids, topk_weights, out)
+                                     topk_ids, topk_weights, out, activations)
     return out

@@ -128,10 +128,12 @@ void reference_forward(const String& config, const String& format, TensorView w1
                        Optional<TensorView> s13, Optional<TensorView> s13_scale, Optional<TensorView> s13_scale_2,
                        Optional<TensorView> s2, Optional<TensorView> s2_scale, Optional<TensorView> s2_scale_2,
                        Optional<TensorView> bias, TensorView hidden, Optional<TensorView> logits,
-                       Optional<TensorView> topk_ids, Optional<TensorView> topk_weights, TensorView out) {
+                       Optional<TensorView> topk_ids, Optional<TensorView> topk_weights, TensorView out,
+                       const String& activations) {
   guarded([&] {
     const MoeConfig c = config_from_json(config);
     const Fp4Format f = format_from_string(format);
+    const ActivationFormat act = parse_activation_format(std::string(activations));
     MoeWeights w;
     w.experts = experts_from(c, f, {w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2}, "", c.num_experts,
                              c.intermediate, kDLCPU);
@@ -162,7 +164,7 @@ void reference_forward(const String& config, const String& format, TensorView w1
       r.topk_ids.assign(data<int32_t>(*topk_ids), data<int32_t>(*topk_ids) + T * c.top_k);
       r.topk_weights.assign(data<float>(*topk_weights), data<float>(*topk_weights) + T * c.top_k);
     }
-    const std::vector<float> y = moe_forward_reference(c, w, data<float>(hidden), T, r);
+    const std::vector<float> y = moe_forward_reference(c, w, data<float>(hidden), T, r, act);
     std::copy(y.begin(), y.end(), data<float>(out));
   });
 }

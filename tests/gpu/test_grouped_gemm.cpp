@@ -443,7 +443,8 @@ TEST(GpuGroupedGemm, PrefillTilesAtTheOtherModelShapes) {
   int ran = 0, prefill_tiles = 0;
   for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
     const plan::GemmTile& t = plan::kGemmTiles[tile];
-    if (!t.wgmma || !t.warp_specialized || t.nt < 128) continue;
+    // (e4m3 tiles run at their own shapes in test_grouped_gemm_fp8.cpp)
+    if (!t.wgmma || !t.warp_specialized || t.nt < 128 || t.fp8()) continue;
     {
       const auto [n, k] = t.cluster_n > 1 ? shapes[0] : shapes[prefill_tiles % 3];
       ++prefill_tiles;

@@ -44,14 +44,15 @@ MoeConfig config() {
   return c;
 }
 
-TEST(GpuParallelLayer, OneRankEqualsTheSingleGpuLayerBitwise) {
-  FP4MOE_REQUIRE_GPU();
+// Each parallel mode at one rank against the single-GPU layer with the same options.
+void expect_one_rank_equals_single_gpu(Fp4Format format, ActivationFormat activations) {
   const MoeConfig c = config();
-  const MoeWeights w = random_moe_weights(c, Fp4Format::nvfp4, 5);
+  const MoeWeights w = random_moe_weights(c, format, 5);
   std::vector<ncclComm_t> comms = make_local_nccl_comms({0});
   LayerOptions o;
   o.max_tokens = 64;
   o.finalize = FinalizeMode::split;
+  o.activations = activations;
   MoeLayer single(c, w, o);
   for (ParallelMode mode : {ParallelMode::expert_allgather, ParallelMode::expert_alltoall, ParallelMode::tensor}) {
     ParallelMoeLayer par(c, w, mode, comms[0], o);
@@ -68,6 +69,17 @@ TEST(GpuParallelLayer, OneRankEqualsTheSingleGpuLayerBitwise) {
     }
   }
   destroy_nccl_comm(comms[0]);
+}
+
+TEST(GpuParallelLayer, OneRankEqualsTheSingleGpuLayerBitwise) {
+  FP4MOE_REQUIRE_GPU();
+  expect_one_rank_equals_single_gpu(Fp4Format::nvfp4, ActivationFormat::bf16);
+}
+
+TEST(GpuParallelLayer, OneRankWithFp8ActivationsEqualsTheSingleGpuLayerBitwise) {
+  FP4MOE_REQUIRE_GPU();
+  if (!test::first_device_has_wgmma()) GTEST_SKIP() << "fp8 activations run on sm_90's FP8 tiles";
+  expect_one_rank_equals_single_gpu(Fp4Format::mxfp4, ActivationFormat::fp8);
 }
 
 TEST(GpuParallelLayer, EveryLocalGpuAsARankAgainstTheSingleGpuLayer) {

@@ -160,6 +160,21 @@ def test_reference_layer_errors_name_the_argument():
         fp4moe.moe_forward(cfg, t[0], t[1], None, t[3], t[4], t[5], x, router_logits=logits, format="nvfp4")
 
 
+def test_reference_with_fp8_activations():
+    cfg = dict(fp4moe.preset("mixtral-small"))
+    rng = np.random.default_rng(5)
+    t = random_layer(cfg, rng)
+    x = rng.standard_normal((4, cfg["hidden"])).astype(np.float32)
+    logits = rng.standard_normal((4, cfg["num_experts"])).astype(np.float32)
+    y = fp4moe.moe_forward(cfg, *t, x, router_logits=logits)
+    y8 = fp4moe.moe_forward(cfg, *t, x, router_logits=logits, activations="fp8")
+    assert np.array_equal(y8, fp4moe.moe_forward(cfg, *t, x, router_logits=logits, activations="fp8"))
+    # two e4m3 roundings in series (3 mantissa bits, 2^-4 relative each): a few percent, never zero
+    assert 5e-3 < np.linalg.norm(y8 - y) / np.linalg.norm(y) < 8e-2
+    with pytest.raises(ValueError, match="activations 'int8'"):
+        fp4moe.moe_forward(cfg, *t, x, router_logits=logits, activations="int8")
+
+
 def test_gpu_layer_without_a_gpu_says_so():
     if os.path.exists("/dev/nvidia0"):
         pytest.skip("a GPU is present: the GPU tests cover the layer")

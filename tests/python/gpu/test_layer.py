@@ -95,6 +95,27 @@ def test_mxfp4_against_reference():
     assert rel_err(out.float().cpu().numpy(), ref) < 1e-2
 
 
+def test_fp8_activations_against_their_reference():
+    import fp4moe.torch as ft
+    cfg, t = make("mixtral-small", seed=11, fmt="mxfp4")
+    T = 33
+    x, logits = inputs(cfg, T, 12)
+    w13s = torch.from_numpy(t["w13_scale"]).cuda().view(torch.float8_e8m0fnu)
+    w2s = torch.from_numpy(t["w2_scale"]).cuda().view(torch.float8_e8m0fnu)
+    layer = fp4moe.MoeLayer.from_tensors(cfg, cuda(t["w13"]), w13s, None, cuda(t["w2"]), w2s, None, max_tokens=T,
+                                         finalize="split", deterministic=True, activations="fp8")
+    out = layer(x.cuda(), logits.cuda())
+    got = out.float().cpu().numpy()
+    ref8 = reference(cfg, t, x.float().numpy(), router_logits=logits.numpy(), activations="fp8")
+    ref = reference(cfg, t, x.float().numpy(), router_logits=logits.numpy())
+    # the same e4m3 roundings as the reference: far closer to it than to bf16's layer
+    assert rel_err(got, ref8) < 1e-2 and rel_err(got, ref8) < 0.5 * rel_err(got, ref)
+    # the torch op with the same option and this layer's routing: the same layer, bitwise
+    ids, w = layer.topk(T)
+    op = ft.fused_moe(x.cuda(), cuda(t["w13"]), w13s, None, cuda(t["w2"]), w2s, None, w, ids, activations="fp8")
+    assert torch.equal(op, out)
+
+
 def test_bad_arguments_name_themselves():
     cfg, t = make("mixtral-small", seed=9)
     layer = layer_from(cfg, t, max_tokens=16)
