@@ -1,5 +1,7 @@
-// A warp per row, 8 bf16 (16 bytes) per lane and step: the amax of the row (or
-// of each 128 columns, a half warp's step), the scale amax / 448, then each
+// A block per row (at decode sizes a handful of rows: a warp per row left the
+// whole pass to one SM, its loads and divisions one after another), 8 bf16
+// (16 bytes) per thread and step: the amax of the row (or of each 128
+// columns, a half warp's step), the scale amax / 448, then each
 // value divided by it and rounded to e4m3 (round to nearest even, saturating
 // at 448: cvt.rn.satfinite, as the host's e4m3_encode). IEEE divisions
 // (__fdiv_rn) so the bits equal the host's. Two neighbour lanes hold the two
@@ -44,28 +46,38 @@ __device__ __forceinline__ uint64_t codes8(const uint4& v, float scale) {
   return out;
 }
 
-__global__ void __launch_bounds__(256) quantize_rows_fp8_kernel(const uint4* __restrict__ x, const int32_t* __restrict__ rows,
-                                                                int64_t count, int pieces, int out_pieces, int group,
-                                                                uint8_t* __restrict__ codes, float* __restrict__ scales) {
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+__global__ void __launch_bounds__(kThreads) quantize_rows_fp8_kernel(const uint4* __restrict__ x,
+                                                                     const int32_t* __restrict__ rows, int pieces,
+                                                                     int out_pieces, int group, uint8_t* __restrict__ codes,
+                                                                     float* __restrict__ scales) {
   wait_for_prior_grid();
   allow_dependent_grids();
-  const int64_t p = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // one warp per row
-  if (p >= count) return;
-  const int lane = threadIdx.x % 32;
+  __shared__ float warp_amax[kWarps];
+  const int64_t p = blockIdx.x;  // one block per row
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint4* src = x + (rows ? int64_t(rows[p]) : p) * pieces;
   uint4* dst = reinterpret_cast<uint4*>(codes + p * int64_t(out_pieces) * 8);  // 16 codes per uint4: a piece pair
   const int groups = group ? (pieces * 8 + group - 1) / group : 1;
   float row_scale = 1.f;
   if (!group) {
     float m = 0.f;
-    for (int c = lane; c < pieces; c += 32) m = fmaxf(m, amax8(src[c]));
+    for (int c = threadIdx.x; c < pieces; c += kThreads) m = fmaxf(m, amax8(src[c]));
 #pragma unroll
     for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+    if (lane == 0) warp_amax[warp] = m;
+    __syncthreads();
+    m = warp_amax[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, warp_amax[w]);
     row_scale = m > 0.f ? __fdiv_rn(m, kE4m3Largest) : 1.f;
-    if (lane == 0) scales[p] = row_scale;
+    if (threadIdx.x == 0) scales[p] = row_scale;
   }
-  // 32 pieces (256 values, two groups of 128) per step; every lane runs every step (the shuffles)
-  for (int base = 0; base < out_pieces; base += 32) {
+  // Each warp takes 32 consecutive pieces per step (256 values, two groups of
+  // 128); all its lanes run every step (the shuffles)
+  for (int base = warp * 32; base < out_pieces; base += kThreads) {
     const int c = base + lane;
     const uint4 v = c < pieces ? src[c] : make_uint4(0, 0, 0, 0);
     float scale = row_scale;
@@ -98,11 +110,10 @@ void launch_quantize_rows_fp8(const QuantizeRowsFp8Args& a, cudaStream_t stream)
                "quantize_rows_fp8: x and codes must be 16-byte aligned (16 bytes per load and store)");
   if (a.count == 0) return;
   FP4MOE_CHECK(out_cols / 8 <= INT32_MAX, "quantize_rows_fp8: out_cols = " << out_cols << " is too wide");
-  constexpr int kRowsPerBlock = 8;
-  launch_dependent(quantize_rows_fp8_kernel, static_cast<unsigned>((a.count + kRowsPerBlock - 1) / kRowsPerBlock),
-                   kRowsPerBlock * 32, 0, stream, reinterpret_cast<const uint4*>(a.x), a.rows, a.count,
-                   static_cast<int>(a.cols / 8), static_cast<int>(out_cols / 8), static_cast<int>(a.group), a.codes,
-                   a.scales);
+  FP4MOE_CHECK(a.count <= INT32_MAX, "quantize_rows_fp8: count = " << a.count << " rows is more than a grid holds");
+  launch_dependent(quantize_rows_fp8_kernel, static_cast<unsigned>(a.count), kThreads, 0, stream,
+                   reinterpret_cast<const uint4*>(a.x), a.rows, static_cast<int>(a.cols / 8),
+                   static_cast<int>(out_cols / 8), static_cast<int>(a.group), a.codes, a.scales);
   FP4MOE_CHECK_LAUNCH("quantize_rows_fp8");
 }
 

@@ -261,11 +261,16 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm256_nt8_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 8, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     {.name = "bm256_nt16_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 16, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     {.name = "bm256_nt32_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 32, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
+    // the same with the K loop in widths of 8 columns: at 8 to 24 tokens per expert
+    // the wgmma multiplies and the producer copies only the item's rows
+    {.name = "bm256_nt32_bk128_mt1_c1_ws_w8_fp8", .bm = 256, .nt = 32, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 8, .activations = ActivationType::e4m3},
     {.name = "bm256_nt64_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 5, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     // (K-loop widths 64 and 128: with the default four, or six stages, ptxas spills its plain instance)
     {.name = "bm128_nt128_bk128_mt1_c1_ws_fp8", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 64, .activations = ActivationType::e4m3},
     // decode sizes: two CTAs of two consumer warpgroups per SM, twice the items of bm256 in a round
     {.name = "bm128_nt8_bk256_mt1_c2_ws_fp8", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 2, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
+    // three CTAs per SM (three stages each): more weight copies in flight where K is short
+    {.name = "bm128_nt8_bk256_mt1_c3_ws_fp8", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 3, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     {.name = "bm128_nt16_bk128_mt1_c2_ws_fp8", .bm = 128, .nt = 16, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 2, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     {.name = "bm256_nt128_bk128_mt2_c1_ws_fp8", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .biased_instance = false, .activations = ActivationType::e4m3},
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <sstream>
 
@@ -218,15 +219,18 @@ int rank_fp8_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double toke
   struct Preferred {
     const char* tile;
     double up_to_tokens_per_expert;
+    int64_t up_to_k = INT64_MAX;
   };
+  // Three CTAs per SM of three stages each win where K is short (gpt-oss's
+  // 3072, GLM-5's GEMM2 2048); at GLM-5's K = 6144 two of four stages do.
   static constexpr Preferred kPreferred[] = {
-      {"bm128_nt8_bk256_mt1_c2_ws_fp8", 8},    {"bm128_nt16_bk128_mt1_c2_ws_fp8", 8},
-      {"bm256_nt32_bk128_mt1_c1_ws_fp8", 24},  {"bm256_nt64_bk128_mt1_c1_ws_fp8", 48},
+      {"bm128_nt8_bk256_mt1_c3_ws_fp8", 4, 4096}, {"bm128_nt8_bk256_mt1_c2_ws_fp8", 4},
+      {"bm128_nt16_bk128_mt1_c2_ws_fp8", 4},      {"bm256_nt64_bk128_mt1_c1_ws_fp8", 48},
       {"bm256_nt128_bk128_mt2_c1_ws_fp8", 1e30},  // (no biased instance)
       {"bm256_nt64_bk128_mt1_c1_ws_fp8", 1e30},   {"bm128_nt128_bk128_mt1_c1_ws_fp8", 1e30},
   };
   for (const Preferred& want : kPreferred) {
-    if (tokens_per_expert > want.up_to_tokens_per_expert) continue;
+    if (tokens_per_expert > want.up_to_tokens_per_expert || k > want.up_to_k) continue;
     const int i = gemm_tile_index(want.tile);
     if (fit_gemm_tile(i, n, k, capacity, 0, biased, ActivationType::e4m3).fits) return i;
   }

@@ -370,8 +370,11 @@ TEST(GemmPlan, Fp8RankingTakesOnlyFp8TilesThatFit) {
         ASSERT_GE(t, 0) << n << " x " << k << " at " << tpe;
         EXPECT_TRUE(kGemmTiles[t].fp8()) << gemm_tile_name(t);
         EXPECT_TRUE(fit_gemm_tile(t, n, k, sm90, 0, biased, ActivationType::e4m3).fits) << gemm_tile_name(t);
-        if (tpe <= 8 && k % 256 == 0) {
-          EXPECT_EQ(gemm_tile_name(t), "bm128_nt8_bk256_mt1_c2_ws_fp8");
+        if (tpe <= 4 && k % 256 == 0) {
+          EXPECT_EQ(gemm_tile_name(t), k <= 4096 ? "bm128_nt8_bk256_mt1_c3_ws_fp8" : "bm128_nt8_bk256_mt1_c2_ws_fp8");
+        }
+        if (tpe > 4 && tpe <= 48) {
+          EXPECT_EQ(gemm_tile_name(t), "bm256_nt64_bk128_mt1_c1_ws_fp8");
         }
         if (tpe > 48 && n % 256 == 0) {
           EXPECT_EQ(gemm_tile_name(t), biased ? "bm256_nt64_bk128_mt1_c1_ws_fp8" : "bm256_nt128_bk128_mt2_c1_ws_fp8");
