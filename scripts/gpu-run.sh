@@ -183,12 +183,12 @@ if [ "$WHAT" = parallel ] || [ "$WHAT" = all ]; then
   done
 fi
 if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
-  # compute-sanitizer on small cases (memcheck and racecheck)
-  for tool in memcheck racecheck; do
+  # compute-sanitizer on small cases (memcheck, racecheck, synccheck), the FP8 path's included
+  for tool in memcheck racecheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/fp4moe_gpu_tests" \
-      --gtest_filter='GpuMoeLayer.SplitFinalize*:GpuGroupedGemm.SkewedRouting*:GpuGroupedGemm.WarpgroupTilesSmallCase:GpuGroupedGemm.SplitKSmallCase:GpuGroupedGemm.EarlyStartSeesOffsetsWrittenTwoLaunchesBack' > "$OUT/sanitizer_$tool.log" 2>&1
+      --gtest_filter="${SANITIZE_FILTER:-GpuMoeLayer.SplitFinalize*:GpuGroupedGemm.SkewedRouting*:GpuGroupedGemm.WarpgroupTilesSmallCase:GpuGroupedGemm.SplitKSmallCase:GpuGroupedGemm.EarlyStartSeesOffsetsWrittenTwoLaunchesBack:GpuPrepareFp8.*:GpuQuantizeRowsFp8.*:GpuGroupedGemmFp8.SplitK*}" > "$OUT/sanitizer_$tool.log" 2>&1
     rc=$?
-    summary+=("compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)")
+    summary+=("compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)")
   done
 fi
 kill $sampler 2>/dev/null

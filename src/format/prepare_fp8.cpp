@@ -20,11 +20,25 @@ int mxfp4_exponent(uint8_t b) { return (b >> 3) - pack::kMxfp4ScaleBias; }
 
 }  // namespace
 
-PreparedFp8Weights prepare_fp8_gemm_weights(const PreparedExpertWeights& p) {
-  FP4MOE_CHECK(p.format == Fp4Format::mxfp4,
-               "FP8 activations: the weights are " << to_string(p.format)
+void check_fp8_format(Fp4Format format) {
+  FP4MOE_CHECK(format == Fp4Format::mxfp4,
+               "FP8 activations: the weights are " << to_string(format)
                                                    << "; their e4m3 block scales carry a mantissa and would not fold "
                                                       "into e4m3 exactly (MXFP4 weights only, docs/fp8.md)");
+}
+
+void check_fp8_fold(const std::vector<int64_t>& below, const std::vector<int64_t>& first_row) {
+  for (size_t e = 0; e < below.size(); ++e)
+    FP4MOE_CHECK(below[e] == 0,
+                 "FP8 activations: expert " << e << " has " << below[e] << " nonzero MXFP4 blocks (the first in row "
+                                            << first_row[e] << ") more than 2^"
+                                            << fp8::kFp8TableMaxShift - fp8::kFp8TableMinShift
+                                            << " below their row's largest block; they would not fold into e4m3 "
+                                               "exactly: run these weights with bf16 activations");
+}
+
+PreparedFp8Weights prepare_fp8_gemm_weights(const PreparedExpertWeights& p) {
+  check_fp8_format(p.format);
   FP4MOE_CHECK(p.k % 128 == 0 && p.n % 16 == 0, "FP8 prepare: [" << p.n << ", " << p.k << "] is not prepared");
   PreparedFp8Weights out;
   out.experts = p.experts, out.n = p.n, out.k = p.k;
@@ -97,15 +111,8 @@ PreparedFp8Weights prepare_fp8_gemm_weights(const PreparedExpertWeights& p) {
             }
     }
   });
-  for (int64_t e = 0; e < p.experts; ++e) {
-    FP4MOE_CHECK(below[size_t(e)] == 0,
-                 "FP8 activations: expert " << e << " has " << below[size_t(e)] << " nonzero MXFP4 blocks (the first in row "
-                                            << first_row[size_t(e)] << ") more than 2^"
-                                            << fp8::kFp8TableMaxShift - fp8::kFp8TableMinShift
-                                            << " below their row's largest block; they would not fold into e4m3 "
-                                               "exactly: run these weights with bf16 activations");
-    out.max_row_span = std::max(out.max_row_span, span[size_t(e)]);
-  }
+  check_fp8_fold(below, first_row);
+  for (int64_t e = 0; e < p.experts; ++e) out.max_row_span = std::max(out.max_row_span, span[size_t(e)]);
   return out;
 }
 

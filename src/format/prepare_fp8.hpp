@@ -27,6 +27,13 @@ struct PreparedFp8Weights {
 // (it would not fold exactly), naming the expert, the row and the count.
 PreparedFp8Weights prepare_fp8_gemm_weights(const PreparedExpertWeights& p);
 
+// The refusals both prepare paths (this one and the GPU's, kernels/
+// prepare_fp8_weights.hpp) make: weights other than MXFP4; and, from the
+// count of blocks below the fold's range per expert and the first row holding
+// one, the first expert that has any.
+void check_fp8_format(Fp4Format format);
+void check_fp8_fold(const std::vector<int64_t>& below, const std::vector<int64_t>& first_row);
+
 // The e4m3 bits the FP8 layout gives W_e[row, col] (before the row's power of
 // two), decoded through the kernel's own table and registers (tests).
 uint8_t prepared_fp8_code(const PreparedFp8Weights& p, int64_t e, int64_t row, int64_t col);

@@ -1,28 +1,37 @@
 #include "runtime/prepared_projection.hpp"
 
+#include <climits>
+#include <string>
+
 #include "format/prepare_fp8.hpp"
 #include "fp4moe/error.hpp"
+#include "kernels/prepare_fp8_weights.hpp"
 
 namespace fp4moe {
 
 void PreparedProjection::convert_to_fp8(const char* what) {
-  if (activations == plan::ActivationType::e4m3) return;
-  PreparedExpertWeights host;
-  host.format = format;
-  host.experts = experts, host.n = n, host.k = k;
-  host.scale_parts = scale_parts;
-  host.weights = weights.download();
-  host.scales = scales.download();
-  host.dequant_scale = dequant_scale.download();
-  PreparedFp8Weights fp8;
+  if (activations == plan::ActivationType::e4m3 || experts == 0) {
+    activations = plan::ActivationType::e4m3;
+    return;
+  }
   try {
-    fp8 = prepare_fp8_gemm_weights(host);
+    check_fp8_format(format);
+    DeviceBuffer<int> below{static_cast<size_t>(experts)}, span{size_t{1}};
+    DeviceBuffer<int> first_row{std::vector<int>(static_cast<size_t>(experts), INT_MAX)};
+    below.fill_bytes(0);
+    span.fill_bytes(0);
+    row_scale.resize(size_t(experts * n));
+    kernels::PrepareFp8Args a;
+    a.weights = weights.get(), a.scales = scales.get(), a.dequant_scale = dequant_scale.get();
+    a.scale_parts = scale_parts, a.row_scale = row_scale.get();
+    a.experts = experts, a.n = n, a.k = k;
+    a.below = below.get(), a.first_row = first_row.get(), a.max_row_span = span.get();
+    kernels::launch_prepare_fp8_weights(a, nullptr);
+    const std::vector<int> b = below.download(), f = first_row.download();  // (synchronizes)
+    check_fp8_fold(std::vector<int64_t>(b.begin(), b.end()), std::vector<int64_t>(f.begin(), f.end()));
   } catch (const Error& e) {
     throw Error(std::string(what) + ": " + e.what());
   }
-  weights.upload(fp8.weights);
-  scales.upload(fp8.scales);
-  row_scale.upload(fp8.row_scale);
   activations = plan::ActivationType::e4m3;
 }
 

@@ -37,9 +37,10 @@ struct PreparedProjection {  // one prepared projection of all experts
     v.row_scale = row_scale.get();
     return v;
   }
-  // Re-packs the weights in place for e4m3 activations (through the host:
-  // prepare_fp8_gemm_weights); an fp4moe::Error naming `what` where they
-  // cannot fold exactly (NVFP4, blocks out of range).
+  // Re-packs the weights in place for e4m3 activations, on the GPU
+  // (kernels/prepare_fp8_weights.hpp; synchronizes); an fp4moe::Error naming
+  // `what` where they cannot fold exactly (NVFP4, blocks out of range), the
+  // projection then unusable.
   void convert_to_fp8(const char* what);
 };
 

@@ -1,0 +1,30 @@
+// The FP8 (W4A8) prepare step on the GPU, in place: prepared MXFP4 weights
+// re-packed for the FP8 K loop (format/fp8_fragment.hpp), each block scale
+// replaced by its fold code and each row's scale computed, byte for byte what
+// the host's prepare_fp8_gemm_weights (format/prepare_fp8.cpp) makes. The
+// weights never leave the GPU (a GLM-5 layer holds 4.8 GB of them).
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace fp4moe::kernels {
+
+struct PrepareFp8Args {
+  uint8_t* weights = nullptr;              // [E][N/16][K/64][32 lanes][16 bytes]: MXFP4 codes in, FP8 layout out
+  uint8_t* scales = nullptr;               // [E][N/16][K/128][128]: prepared MXFP4 scale bytes in, fold codes u out
+  const float* dequant_scale = nullptr;    // [E][scale_parts]
+  int scale_parts = 1;
+  float* row_scale = nullptr;              // [E][N] out
+  int64_t experts = 0, n = 0, k = 0;       // N a multiple of 16, K of 128
+  // Out, per expert: the nonzero 32-wide blocks too far below their row's
+  // largest to fold exactly (zeroed by the caller) and the first row holding
+  // one (INT32_MAX by the caller); and the widest exponent span of a row's
+  // nonzero blocks (one int, zeroed by the caller).
+  int* below = nullptr;
+  int* first_row = nullptr;
+  int* max_row_span = nullptr;
+};
+void launch_prepare_fp8_weights(const PrepareFp8Args& a, cudaStream_t stream);
+
+}  // namespace fp4moe::kernels
