@@ -58,7 +58,7 @@ void run_plan(const PlanOptions& o) {
     return;
   }
   for (const plan::SmemPlan& p : a.grouped) {
-    if (o.sweep) fmt::print("{:<28} stages {:>2}  {:>7} of {:>6} bytes  {}\n", p.config, p.stages, p.smem_bytes, p.capacity, p.fits ? "fits" : "does not fit");
+    if (o.sweep) fmt::print("{:<38} stages {:>2}  {:>7} of {:>6} bytes  {}\n", p.config, p.stages, p.smem_bytes, p.capacity, p.fits ? "fits" : "does not fit");
     else print_plan(p);
   }
   for (const cm::Report& r : a.cutlass) {
@@ -90,6 +90,8 @@ void register_plan(CLI::App& app) {
   cmd->add_option("--stages", o.stages, "Force a stage count instead of the automatic one")->check(CLI::Range(0, 64));
   cmd->add_option("--n", o.n, "N of the problem (grouped)")->capture_default_str();
   cmd->add_option("--k", o.k, "K of the problem (grouped)")->capture_default_str();
+  cmd->add_option("--activations", o.activations,
+                  "grouped: the GEMM's activations, bf16 or fp8 (default: each tile for its own type)");
   cmd->add_flag("--json", o.as_json, "JSON instead of a table");
   cmd->add_flag("--sweep", o.sweep, "Every tile x epilogue x swap of the family with its verdict");
   cmd->callback([] { run_plan(o); });

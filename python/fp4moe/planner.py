@@ -13,6 +13,7 @@ def plan(arch: str, *, kernel: str = "cutlass", **query) -> Union[dict, list]:
     capacity, headroom, verdict, explanation and suggestions. kernel "cutlass"
     (CUTLASS's block-scaled grouped GEMM: tile="MxNxK", epilogue="none"|"finalize",
     swap_ab, format, cutlass="4.4") or "grouped" (fp4moe's grouped GEMM: tile name or
-    index, n, k). sweep=True: every tile, as a list."""
+    index, n, k, activations="bf16"|"fp8" for the GEMM's type, else each tile's own).
+    sweep=True: every tile, as a list."""
     q = {"arch": arch, "kernel": kernel, **query}
     return json.loads(_native.fn("plan")(json.dumps(q)))

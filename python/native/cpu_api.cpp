@@ -60,9 +60,10 @@ String plan_json(const String& query) {
         else if (key == "stages") q.stages = it->get<int>();
         else if (key == "n") q.n = it->get<int64_t>();
         else if (key == "k") q.k = it->get<int64_t>();
+        else if (key == "activations") q.activations = it->get<std::string>();
         else
           throw Error("plan: unknown argument '" + key +
-                      "' (known: arch, kernel, format, tile, epilogue, cutlass, swap_ab, sweep, stages, n, k)");
+                      "' (known: arch, kernel, format, tile, epilogue, cutlass, swap_ab, sweep, stages, n, k, activations)");
       } catch (const json::exception&) {
         throw Error("plan: argument '" + key + "' has the wrong type: " + it->dump());
       }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fp4moe/error.hpp"
+#include "fp4moe/format.hpp"
 #include "plan/arch.hpp"
 #include "plan/gemm_plan.hpp"
 
@@ -47,9 +48,13 @@ PlanAnswer answer(const PlanQuery& q) {
   if (q.kernel == "grouped" || q.kernel == "decode") {  // ("decode": its former name)
     FP4MOE_CHECK(q.n > 0 && q.k > 0, "n = " << q.n << " and k = " << q.k << " must be positive");
     const int only = q.sweep ? -1 : tile_of_query(q.tile);
-    for (int i = 0; i < kNumGemmTiles; ++i)
-      if (q.sweep || i == only)  // each tile for its own activation type
-        a.grouped.push_back(plan_gemm_tile(i, q.n, q.k, arch, q.stages, false, kGemmTiles[i].activations));
+    const bool typed = !q.activations.empty();
+    const ActivationType gemm =
+        typed && parse_activation_format(q.activations) == ActivationFormat::fp8 ? ActivationType::e4m3 : ActivationType::bf16;
+    for (int i = 0; i < kNumGemmTiles; ++i) {
+      if (q.sweep ? typed && kGemmTiles[i].activations != gemm : i != only) continue;
+      a.grouped.push_back(plan_gemm_tile(i, q.n, q.k, arch, q.stages, false, typed ? gemm : kGemmTiles[i].activations));
+    }
     return a;
   }
   FP4MOE_CHECK(q.kernel == "cutlass" || q.kernel == "trtllm",

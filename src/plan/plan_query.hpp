@@ -24,6 +24,10 @@ struct PlanQuery {
   bool sweep = false;               // every tile of the family instead of `tile`
   int stages = 0;                   // 0: the automatic stage count
   int64_t n = 4096, k = 6144;       // decode: the GEMM's N and K
+  // grouped: the GEMM's activations, bf16 or fp8 (a sweep lists that type's
+  // tiles; a tile of the other type is refused, saying so); empty: each tile
+  // planned for its own type
+  std::string activations;
 };
 
 struct PlanAnswer {

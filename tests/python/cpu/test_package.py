@@ -81,6 +81,13 @@ def test_plan_gives_the_planners_terms():
     assert any(s["kind"] == "stages" for s in r["suggestions"])
     d = fp4moe.plan("sm90", kernel="grouped", sweep=True, n=4096, k=6144)
     assert isinstance(d, list) and len(d) > 10 and all("terms" in p for p in d)
+    # a GEMM's activation type: a sweep of its own tiles; a tile of the other type refused by name
+    f = fp4moe.plan("sm90", kernel="grouped", sweep=True, n=4096, k=6144, activations="fp8")
+    assert 0 < len(f) < len(d) and all(p["tile"].endswith("_fp8") and p["fits"] for p in f)
+    b = fp4moe.plan("sm90", kernel="grouped", tile="bm256_nt64_bk128_mt1_c1_ws_fp8", n=4096, k=6144, activations="bf16")
+    assert not b["fits"] and "multiplies e4m3 activations; this GEMM's are bf16" in b["explanation"]
+    with pytest.raises(ValueError, match="activations 'fp4'"):
+        fp4moe.plan("sm90", kernel="grouped", sweep=True, activations="fp4")
     with pytest.raises(ValueError, match="unknown argument 'tiles'"):
         fp4moe.plan("sm90", tiles="1")
     with pytest.raises(ValueError, match="sm77"):
