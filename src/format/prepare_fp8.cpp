@@ -90,7 +90,9 @@ PreparedFp8Weights prepare_fp8_gemm_weights(const PreparedExpertWeights& p) {
           if (exps[size_t(s)] != INT_MIN) {
             u = exps[size_t(s)] - row_exp - fp8::kFp8TableMinShift;
             if (u < 0) {
-              if (s % 2 == 0 && !below[size_t(e)]++) first_row[size_t(e)] = row;  // counted once per 32-wide block
+              // counted once per 32-wide block, at its first nonzero half
+              const bool first_half = s % 2 == 0 || exps[size_t(s - 1)] == INT_MIN;
+              if (first_half && !below[size_t(e)]++) first_row[size_t(e)] = row;
               u = 0;
             }
           }

@@ -64,14 +64,10 @@ __global__ void __launch_bounds__(kThreads) prepare_fp8_kernel(const PrepareFp8A
   }
   if (i < 16) {  // the row's power of two: its largest nonzero block less the table's top shift
     const int64_t row = rg * 16 + i;
-    int hi = INT_MIN, lo = INT_MAX;
+    int hi = INT_MIN;
     for (int64_t s = 0; s < steps; ++s)
-      if (nonzero[i * steps + s]) {
-        const int x = mxfp4_exponent(sc[pack::scale_offset(K, row, s * 16)]);
-        hi = max(hi, x), lo = min(lo, x);
-      }
+      if (nonzero[i * steps + s]) hi = max(hi, mxfp4_exponent(sc[pack::scale_offset(K, row, s * 16)]));
     row_hi[i] = hi;
-    if (hi != INT_MIN) atomicMax(a.max_row_span, hi - lo);
     const float global = a.dequant_scale[e * a.scale_parts + (row / 16) % a.scale_parts] / pack::kAccumulatorFactor;
     a.row_scale[e * a.n + row] = ldexpf(global, hi == INT_MIN ? 0 : hi - fp8::kFp8TableMaxShift);
   }
@@ -84,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) prepare_fp8_kernel(const PrepareFp8A
     if (nonzero[idx]) {
       u = mxfp4_exponent(b) - (row_hi[r] - fp8::kFp8TableMaxShift) - fp8::kFp8TableMinShift;
       if (u < 0) {
-        if (s % 2 == 0) {  // counted once per 32-wide block
+        if (s % 2 == 0 || !nonzero[idx - 1]) {  // counted once per 32-wide block, at its first nonzero half
           atomicAdd(&a.below[e], 1);
           atomicMin(&a.first_row[e], int(row));
         }
@@ -98,12 +94,13 @@ __global__ void __launch_bounds__(kThreads) prepare_fp8_kernel(const PrepareFp8A
 }  // namespace
 
 void launch_prepare_fp8_weights(const PrepareFp8Args& a, cudaStream_t stream) {
-  FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.row_scale && a.below && a.first_row && a.max_row_span,
+  FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.row_scale && a.below && a.first_row,
                "FP8 prepare: a null device pointer");
   FP4MOE_CHECK(a.experts > 0 && a.experts <= 65535, "FP8 prepare: " << a.experts << " experts (1 to 65535)");
   FP4MOE_CHECK(a.n > 0 && a.n % 16 == 0 && a.k > 0 && a.k % 128 == 0,
                "FP8 prepare: [" << a.n << ", " << a.k << "] is not prepared (N a multiple of 16, K of 128)");
-  FP4MOE_CHECK(a.k <= 48 * 1024, "FP8 prepare: K = " << a.k << " is over 49152 (a byte per 16 of K per row in shared memory)");
+  // (a byte per 16 of K per row in shared memory, beside 1088 static bytes, within the 48 KiB without opt-in)
+  FP4MOE_CHECK(a.k <= 32768, "FP8 prepare: K = " << a.k << " is over 32768");
   FP4MOE_CHECK(a.scale_parts >= 1, "FP8 prepare: scale_parts = " << a.scale_parts);
   prepare_fp8_kernel<<<dim3(static_cast<unsigned>(a.n / 16), static_cast<unsigned>(a.experts)), kThreads,
                        static_cast<size_t>(a.k), stream>>>(a);

@@ -16,14 +16,12 @@ struct PrepareFp8Args {
   const float* dequant_scale = nullptr;    // [E][scale_parts]
   int scale_parts = 1;
   float* row_scale = nullptr;              // [E][N] out
-  int64_t experts = 0, n = 0, k = 0;       // N a multiple of 16, K of 128
+  int64_t experts = 0, n = 0, k = 0;       // N a multiple of 16, K of 128 (at most 32768)
   // Out, per expert: the nonzero 32-wide blocks too far below their row's
   // largest to fold exactly (zeroed by the caller) and the first row holding
-  // one (INT32_MAX by the caller); and the widest exponent span of a row's
-  // nonzero blocks (one int, zeroed by the caller).
+  // one (INT32_MAX by the caller).
   int* below = nullptr;
   int* first_row = nullptr;
-  int* max_row_span = nullptr;
 };
 void launch_prepare_fp8_weights(const PrepareFp8Args& a, cudaStream_t stream);
 

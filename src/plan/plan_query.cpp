@@ -59,6 +59,8 @@ PlanAnswer answer(const PlanQuery& q) {
   }
   FP4MOE_CHECK(q.kernel == "cutlass" || q.kernel == "trtllm",
                "kernel '" << q.kernel << "' is not one of cutlass (alias trtllm), grouped (alias decode)");
+  FP4MOE_CHECK(q.activations.empty(), "activations '" << q.activations
+                                                       << "' applies to kernel grouped; cutlass takes --format");
   const cm::Version version = q.cutlass_version.empty() ? cm::kFlashInferPin : cm::parse_version(q.cutlass_version);
   const cm::Format format = cm::parse_format(q.format);
   if (q.sweep) {

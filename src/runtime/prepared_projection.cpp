@@ -10,26 +10,32 @@
 namespace fp4moe {
 
 void PreparedProjection::convert_to_fp8(const char* what) {
-  if (activations == plan::ActivationType::e4m3 || experts == 0) {
+  if (activations == plan::ActivationType::e4m3) return;
+  try {
+    check_fp8_format(format);
+  } catch (const Error& e) {
+    throw Error(std::string(what) + ": " + e.what());
+  }
+  if (experts == 0) {
     activations = plan::ActivationType::e4m3;
     return;
   }
   try {
-    check_fp8_format(format);
-    DeviceBuffer<int> below{static_cast<size_t>(experts)}, span{size_t{1}};
+    DeviceBuffer<int> below{static_cast<size_t>(experts)};
     DeviceBuffer<int> first_row{std::vector<int>(static_cast<size_t>(experts), INT_MAX)};
     below.fill_bytes(0);
-    span.fill_bytes(0);
     row_scale.resize(size_t(experts * n));
     kernels::PrepareFp8Args a;
     a.weights = weights.get(), a.scales = scales.get(), a.dequant_scale = dequant_scale.get();
     a.scale_parts = scale_parts, a.row_scale = row_scale.get();
     a.experts = experts, a.n = n, a.k = k;
-    a.below = below.get(), a.first_row = first_row.get(), a.max_row_span = span.get();
+    a.below = below.get(), a.first_row = first_row.get();
     kernels::launch_prepare_fp8_weights(a, nullptr);
     const std::vector<int> b = below.download(), f = first_row.download();  // (synchronizes)
     check_fp8_fold(std::vector<int64_t>(b.begin(), b.end()), std::vector<int64_t>(f.begin(), f.end()));
   } catch (const Error& e) {
+    // the re-pack ran in place: what is left is neither layout, so nothing is kept
+    weights.resize(0), scales.resize(0), row_scale.resize(0);
     throw Error(std::string(what) + ": " + e.what());
   }
   activations = plan::ActivationType::e4m3;

@@ -39,8 +39,8 @@ struct PreparedProjection {  // one prepared projection of all experts
   }
   // Re-packs the weights in place for e4m3 activations, on the GPU
   // (kernels/prepare_fp8_weights.hpp; synchronizes); an fp4moe::Error naming
-  // `what` where they cannot fold exactly (NVFP4, blocks out of range), the
-  // projection then unusable.
+  // `what` where they cannot fold exactly (NVFP4: before any change; blocks
+  // out of range: the weights are then dropped, the projection empty).
   void convert_to_fp8(const char* what);
 };
 

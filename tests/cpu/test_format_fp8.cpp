@@ -184,6 +184,11 @@ TEST(Fp8Fragment, WeightsTheFoldCannotHoldAreRefusedByName) {
   const PreparedExpertWeights p = prepare_gemm_weights(std::span<const Fp4Matrix>(&m, 1));
   const std::string e = error_of([&] { (void)prepare_fp8_gemm_weights(p); });
   EXPECT_NE(e.find("expert 0 has 3 nonzero MXFP4 blocks (the first in row 3)"), std::string::npos) << e;
+  // a block whose first 16 columns are zero is counted at its second half
+  for (int64_t c = 32; c < 48; ++c) x[size_t(3 * k + c)] = 0.f;
+  const Fp4Matrix half = quantize_mxfp4(x.data(), n, k);
+  const std::string eh = error_of([&] { (void)prepare_fp8_gemm_weights(prepare_gemm_weights(std::span<const Fp4Matrix>(&half, 1))); });
+  EXPECT_NE(eh.find("expert 0 has 3 nonzero MXFP4 blocks (the first in row 3)"), std::string::npos) << eh;
   std::vector<float> y = gaussian(n * k, 9);
   const Fp4Matrix nv = quantize_nvfp4(y.data(), n, k);
   const std::string e2 = error_of([&] { (void)prepare_fp8_gemm_weights(prepare_gemm_weights(std::span<const Fp4Matrix>(&nv, 1))); });

@@ -79,11 +79,14 @@ TEST(GpuPrepareFp8, WeightsTheFoldCannotHoldAreRefusedByName) {
   const int64_t n = 16, k = 128;
   std::vector<float> x = gaussian(n * k, 8);
   for (int64_t c = 32; c < k; ++c) x[size_t(3 * k + c)] *= 1e-5f;  // row 3: blocks 1..3 2^16 under block 0
+  for (int64_t c = 32; c < 48; ++c) x[size_t(3 * k + c)] = 0.f;  // block 1 counted at its second half
   const Fp4Matrix m[2] = {quantize_mxfp4(gaussian(n * k, 7).data(), n, k), quantize_mxfp4(x.data(), n, k)};
   PreparedProjection proj(prepare_gemm_weights(std::span<const Fp4Matrix>(m, 2)));
   const std::string e = error_of([&] { proj.convert_to_fp8("layer.w2"); });
   EXPECT_NE(e.find("layer.w2: FP8 activations: expert 1 has 3 nonzero MXFP4 blocks (the first in row 3)"),
             std::string::npos) << e;
+  EXPECT_EQ(proj.weights.size(), 0u);  // re-packed in place, then dropped: neither layout is left
+  EXPECT_EQ(proj.activations, plan::ActivationType::bf16);
   const Fp4Matrix nv = quantize_nvfp4(gaussian(n * k, 9).data(), n, k);
   PreparedProjection nvp(prepare_gemm_weights(std::span<const Fp4Matrix>(&nv, 1)));
   const std::string e2 = error_of([&] { nvp.convert_to_fp8("layer.w13"); });
