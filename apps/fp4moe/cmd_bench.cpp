@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "format/prepare_gemm.hpp"
 #include "fp4moe/device.hpp"
 #include "fp4moe/error.hpp"
 #include "fp4moe/layer.hpp"
@@ -64,6 +65,7 @@ struct BenchOptions {
   std::string finalize = "auto";
   int64_t feature_granule = 0;
   std::string activations = "bf16";
+  std::string format = "auto";  // the model's checkpoint format, or nvfp4 / mxfp4
   bool no_split_k = false;
   bool no_peers = false;
   std::string peers = peer_engines_joined(",");
@@ -133,20 +135,37 @@ std::string find_peers_script(const std::string& given) {
   return "";
 }
 
+// The random experts' format: --format, else the model's checkpoint's.
+Fp4Format bench_format(const BenchOptions& o, const MoeConfig& cfg) {
+  if (o.format != "auto") return parse_fp4_format(o.format);
+  // gpt-oss ships its experts in MXFP4; the other models' checkpoints are NVFP4
+  return cfg.activation == Activation::clamped_swiglu ? Fp4Format::mxfp4 : Fp4Format::nvfp4;
+}
+
 void bench_without_gpu(const BenchOptions& o, const std::string& why) {
   const MoeConfig cfg = model_config(o.model);
-  fmt::print("fp4moe bench: no GPU ({}): nothing to time. The planner's choices for {} instead:\n", why, cfg.name);
+  const ActivationFormat activations = parse_activation_format(o.activations);
+  const plan::ActivationType act = activations == ActivationFormat::fp8 ? plan::ActivationType::e4m3 : plan::ActivationType::bf16;
+  fmt::print("fp4moe bench: no GPU ({}): nothing to time. The planner's choices for {} ({} activations) instead:\n", why,
+             cfg.name, to_string(activations));
+  // H and I as the layer's GEMMs see them (padded where not multiples of the feature granule)
+  const int64_t granule = o.feature_granule ? o.feature_granule : kFeatureGranule;
+  const int64_t H = padded_features(cfg.hidden, granule), I = padded_features(cfg.intermediate, granule);
   for (const char* arch : {"sm_90", "sm_120"}) {
     const plan::Arch& a = plan::find_arch(arch);
-    for (auto [what, n, k] : {std::tuple{"GEMM1", 2 * cfg.intermediate, cfg.hidden}, std::tuple{"GEMM2", cfg.hidden, cfg.intermediate}}) {
+    // GEMM1 takes the biased epilogue for expert biases or the clamped SwiGLU, GEMM2 for biases
+    for (auto [what, n, k, biased] : {std::tuple{"GEMM1", 2 * I, H, cfg.expert_bias || cfg.activation != Activation::swiglu},
+                                      std::tuple{"GEMM2", H, I, cfg.expert_bias}}) {
       for (int64_t T : {int64_t(1), int64_t(128), int64_t(2048)}) {
         const double tpe = double(T * cfg.top_k) / double(cfg.num_experts);
-        const int t = plan::rank_gemm_tiles(n, k, plan::budget_of(a), tpe, std::min<int64_t>(cfg.num_experts, T * cfg.top_k), 132);
+        const int t = plan::rank_gemm_tiles(n, k, plan::budget_of(a), tpe, std::min<int64_t>(cfg.num_experts, T * cfg.top_k),
+                                            132, biased, act);
         if (t < 0) {
-          fmt::print("  {:<7} {} N {} K {} T {:>5}: no GEMM tile fits\n", arch, what, n, k, T);
+          fmt::print("  {:<7} {} N {} K {} T {:>5}: no GEMM tile fits{}\n", arch, what, n, k, T,
+                     act == plan::ActivationType::e4m3 ? " (the e4m3 tiles are sm_90's)" : "");
           continue;
         }
-        const plan::SmemPlan p = plan::plan_gemm_tile(t, n, k, a);
+        const plan::SmemPlan p = plan::plan_gemm_tile(t, n, k, a, 0, biased, act);
         fmt::print("  {:<7} {} N {:>5} K {:>5} T {:>5}: {} ({} stages, {} of {} bytes)\n", arch, what, n, k, T, p.config,
                    p.stages, p.smem_bytes, p.capacity);
       }
@@ -162,13 +181,13 @@ void bench_without_gpu(const BenchOptions& o, const std::string& why) {
     }
   }
   fmt::print("and the CPU reference on {} (16 tokens):\n", small.name);
-  const MoeWeights w = random_moe_weights(small, Fp4Format::nvfp4, 2);
+  const MoeWeights w = random_moe_weights(small, bench_format(o, small), 2);
   std::vector<float> x(size_t(16 * small.hidden)), logits(size_t(16 * small.num_experts));
   for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 7919 % 23) - 11) / 11.f;
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(int(i * 104729 % 17) - 8) / 4.f;
   const auto t0 = std::chrono::steady_clock::now();
   const Routing r = route_reference(small, logits.data(), 16, w.correction_bias);
-  const std::vector<float> out = moe_forward_reference(small, w, x.data(), 16, r);
+  const std::vector<float> out = moe_forward_reference(small, w, x.data(), 16, r, activations);
   fmt::print("  forward of 16 tokens: {:.1f} ms, output [{}, {}]\n",
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), 16, small.hidden);
 }
@@ -237,8 +256,7 @@ void run_bench(const BenchOptions& o) {
     return run_parallel({cfg, random_moe_weights(cfg, Fp4Format::nvfp4, 2), "random nvfp4, seed 2", {}}, r, devs);
   }
   fmt::print("fp4moe bench on {} (sm_{}): {}\n", devs[0].name, devs[0].cc, cfg.name);
-  // gpt-oss ships its experts in MXFP4; the other models' checkpoints are NVFP4
-  const Fp4Format format = cfg.activation == Activation::clamped_swiglu ? Fp4Format::mxfp4 : Fp4Format::nvfp4;
+  const Fp4Format format = bench_format(o, cfg);
   const MoeWeights w = random_moe_weights(cfg, format, 2);
   LayerBenchOptions bo;
   bo.tokens = o.tokens;
@@ -301,6 +319,11 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--deterministic", o.deterministic, "Split finalize");
   cmd->add_option("--activations", o.activations, "bf16, or fp8 (W4A8: e4m3 activations; MXFP4 weights, sm_90)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--format", o.format,
+                  "The random experts' FP4 format: auto (the model's checkpoint: MXFP4 for gpt-oss, else NVFP4), "
+                  "nvfp4 or mxfp4 (fp8 activations take mxfp4)")
+      ->check(CLI::IsMember({"auto", "nvfp4", "mxfp4"}))
       ->capture_default_str();
   cmd->add_option("--feature-granule", o.feature_granule,
                   "Pad H and I that are not multiples of it (gpt-oss's 2880): 256 (0, the default) or 128")

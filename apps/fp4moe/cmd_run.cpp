@@ -45,12 +45,6 @@ struct RunOptions {
   std::string activations = "bf16";
 };
 
-Fp4Format parse_format(const std::string& s) {
-  if (s == "nvfp4") return Fp4Format::nvfp4;
-  if (s == "mxfp4") return Fp4Format::mxfp4;
-  throw Error("--format '" + s + "' is not one of nvfp4, mxfp4");
-}
-
 }  // namespace
 
 MoeConfig model_config(const std::string& m) {
@@ -68,7 +62,7 @@ std::string describe_model(const MoeConfig& cfg) {
 namespace {
 
 RunLayer random_layer(const MoeConfig& cfg, const std::string& format_name, uint64_t seed) {
-  const Fp4Format format = parse_format(format_name);
+  const Fp4Format format = parse_fp4_format(format_name);
   return RunLayer{cfg, random_moe_weights(cfg, format, seed + 1), fmt::format("{} (random, seed {})", to_string(format), seed + 1), {}};
 }
 

@@ -32,12 +32,11 @@ void run_tune(const TuneOptions& o) {
   const auto devs = list_devices(&why);
   FP4MOE_CHECK(!devs.empty(), "fp4moe tune measures kernels and needs a CUDA GPU; none found (" << why << ")");
   const MoeConfig cfg = model_config(o.model);
-  FP4MOE_CHECK(o.format == "nvfp4" || o.format == "mxfp4", "--format '" << o.format << "' is not one of nvfp4, mxfp4");
   for (int64_t t : o.tokens) FP4MOE_CHECK(t >= 1, "--tokens " << t << " must be at least 1");
   fmt::print("fp4moe tune on {} (sm_{}): {}, token counts", devs[0].name, devs[0].cc, cfg.name);
   for (int64_t t : o.tokens) fmt::print(" {}", t);
   fmt::print("\n");
-  const MoeWeights w = random_moe_weights(cfg, o.format == "nvfp4" ? Fp4Format::nvfp4 : Fp4Format::mxfp4, 2);
+  const MoeWeights w = random_moe_weights(cfg, parse_fp4_format(o.format), 2);
   LayerOptions lo;
   lo.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
   lo.tune_cache = o.cache;

@@ -34,6 +34,8 @@ float bf16_to_float(uint16_t bits);
 // ---- matrices -------------------------------------------------------------
 enum class Fp4Format { nvfp4, mxfp4 };
 const char* to_string(Fp4Format f);
+// "nvfp4" or "mxfp4"; anything else is an fp4moe::Error naming it.
+Fp4Format parse_fp4_format(const std::string& name);
 
 // The activations the expert GEMMs multiply the FP4 weights by: bf16 (W4A16),
 // or float8_e4m3fn with an fp32 scale per row (W4A8, docs/fp8.md).

@@ -119,9 +119,6 @@ LayerOptions options_from_json(const std::string& text) {
   return o;
 }
 
-Fp4Format format_from_string(const std::string& s) {
-  FP4MOE_CHECK(s == "nvfp4" || s == "mxfp4", "format '" << s << "' is not nvfp4 or mxfp4");
-  return s == "nvfp4" ? Fp4Format::nvfp4 : Fp4Format::mxfp4;
-}
+Fp4Format format_from_string(const std::string& s) { return parse_fp4_format(s); }
 
 }  // namespace fp4moe::python

@@ -41,6 +41,12 @@ const char* to_string(Fp4Format f) {
   return "unknown";
 }
 
+Fp4Format parse_fp4_format(const std::string& name) {
+  if (name == "nvfp4") return Fp4Format::nvfp4;
+  if (name == "mxfp4") return Fp4Format::mxfp4;
+  throw Error("format '" + name + "' is not nvfp4 or mxfp4");
+}
+
 const char* to_string(ActivationFormat a) { return a == ActivationFormat::fp8 ? "fp8" : "bf16"; }
 
 ActivationFormat parse_activation_format(const std::string& name) {
