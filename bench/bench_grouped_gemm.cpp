@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -27,6 +26,7 @@
 #include "routed_batch.hpp"
 #include "step_launches.hpp"
 #include "runtime/random_fill.hpp"
+#include "io/atomic_file.hpp"
 #include "fp4moe/device.hpp"
 #include "fp4moe/reference.hpp"
 #include "kernels/fp4_grouped_gemm.hpp"
@@ -415,7 +415,7 @@ int main(int argc, char** argv) {
       }
     }
     report["cases"] = cases;
-    std::ofstream(out_path) << report.dump(1) << "\n";
+    io::write_file_atomically(out_path, report.dump(1) + "\n");
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_grouped_gemm: error: {}\n", e.what());

@@ -9,7 +9,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -17,6 +16,7 @@
 #include <fmt/core.h>
 
 #include "format/prepare_gemm.hpp"
+#include "io/atomic_file.hpp"
 #include "fp4moe/device.hpp"
 #include "fp4moe/reference.hpp"
 #include "measure/steady_timing.hpp"
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   int reps = 30, rounds = 3, routings = 4, promotion = 0;
   bool compare_promotion = false;
   app.add_option("--models", models, "Model presets")->delimiter(',');
-  app.add_option("--tokens", tokens, "Token counts T")->delimiter(',');
+  app.add_option("--tokens", tokens, "Token counts T")->delimiter(',')->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   app.add_option("--out", out_path, "JSON output");
   app.add_option("--warm-seconds", warm_seconds, "Back-to-back replays before each timed A or B")->check(CLI::Range(0.0, 30.0));
   app.add_option("--reps", reps, "Timed replays per A or B")->check(CLI::Range(3, 10000));
@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
                "Also time W4A8 with its partial sums promoted every stage, interleaved with the other two");
   CLI11_PARSE(app, argc, argv);
   try {
+    for (const std::string& m : models) (void)preset(m);  // a bad name is refused before the device is asked
     std::string why;
     const auto devs = list_devices(&why);
     if (devs.empty()) {
@@ -218,7 +219,7 @@ int main(int argc, char** argv) {
       }
     }
     report["cases"] = cases;
-    std::ofstream(out_path) << report.dump(1) << "\n";
+    io::write_file_atomically(out_path, report.dump(1) + "\n");
     FP4MOE_CUDA_CHECK(cudaStreamDestroy(stream));
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_w4a8_gemm: {}\n", e.what());

@@ -9,12 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include <fmt/core.h>
 
+#include "io/atomic_file.hpp"
 #include "fp4moe/device.hpp"
 #include "fp4moe/layer.hpp"
 #include "fp4moe/reference.hpp"
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   int reps = 30, rounds = 3;
   bool tuned = false;
   app.add_option("--models", models, "Model presets (their experts as MXFP4: the FP8 fold takes MXFP4)")->delimiter(',');
-  app.add_option("--tokens", tokens, "Token counts T")->delimiter(',');
+  app.add_option("--tokens", tokens, "Token counts T")->delimiter(',')->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   app.add_option("--out", out_path, "JSON output");
   app.add_option("--warm-seconds", warm_seconds, "Back-to-back replays before each timed A or B")->check(CLI::Range(0.0, 30.0));
   app.add_option("--reps", reps, "Timed replays per A or B")->check(CLI::Range(3, 10000));
@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   app.add_flag("--tune-cache", tuned, "Both layers read the tune cache ($FP4MOE_CACHE); default: the planner's tiles");
   CLI11_PARSE(app, argc, argv);
   try {
+    for (const std::string& m : models) (void)preset(m);  // a bad name is refused before the device is asked
     std::string why;
     const auto devs = list_devices(&why);
     if (devs.empty()) {
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
       }
     }
     report["cases"] = cases;
-    std::ofstream(out_path) << report.dump(1) << "\n";
+    io::write_file_atomically(out_path, report.dump(1) + "\n");
     FP4MOE_CUDA_CHECK(cudaStreamDestroy(stream));
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_w4a8_layer: {}\n", e.what());
