@@ -42,6 +42,17 @@ FP4MOE_HD constexpr void fold_table(uint32_t u, uint32_t& lo, uint32_t& hi) {
   hi = 0x24201C18u + u * 0x08080808u;
 }
 
+// The fold's arithmetic, for the host's prepare and the GPU's alike. A prepared
+// MXFP4 scale byte's exponent: 2^((b >> 3) - bias), no mantissa.
+FP4MOE_HD constexpr int mxfp4_block_exponent(uint8_t b) { return (b >> 3) - pack::kMxfp4ScaleBias; }
+// A row's power of two, from its largest nonzero block's exponent (the
+// row_largest of an all-zero row is never used: 0): that block lands on the top shift.
+FP4MOE_HD constexpr int row_exponent(int row_largest, bool any_nonzero) {
+  return any_nonzero ? row_largest - kFp8TableMaxShift : 0;
+}
+// A nonzero block's fold code u; below 0 the block lies under the table's range.
+FP4MOE_HD constexpr int fold_code(int block_exponent, int row_exp) { return block_exponent - row_exp - kFp8TableMinShift; }
+
 // __byte_perm on the host: byte i of the result is byte (s >> 4i) & 7 of
 // {lo, hi} (the sign-replicating mode, selector bit 3, is never set here).
 FP4MOE_HD uint32_t byte_perm(uint32_t lo, uint32_t hi, uint32_t s) {

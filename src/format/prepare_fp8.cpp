@@ -13,13 +13,6 @@
 
 namespace fp4moe {
 
-namespace {
-
-// A prepared MXFP4 scale byte's exponent: 2^((b >> 3) - bias), no mantissa.
-int mxfp4_exponent(uint8_t b) { return (b >> 3) - pack::kMxfp4ScaleBias; }
-
-}  // namespace
-
 void check_fp8_format(Fp4Format format) {
   FP4MOE_CHECK(format == Fp4Format::mxfp4,
                "FP8 activations: the weights are " << to_string(format)
@@ -80,15 +73,15 @@ PreparedFp8Weights prepare_fp8_gemm_weights(const PreparedExpertWeights& p) {
         for (int64_t s = 0; s < K / 16; ++s) {
           bool zero = true;
           for (int i = 0; i < 16; ++i) zero &= (rc[s * 16 + i] & 7u) == 0;
-          exps[size_t(s)] = zero ? INT_MIN : mxfp4_exponent(sc[pack::scale_offset(K, row, s * 16)]);
+          exps[size_t(s)] = zero ? INT_MIN : fp8::mxfp4_block_exponent(sc[pack::scale_offset(K, row, s * 16)]);
           if (!zero) hi = std::max(hi, exps[size_t(s)]), lo = std::min(lo, exps[size_t(s)]);
         }
-        const int row_exp = hi == INT_MIN ? 0 : hi - fp8::kFp8TableMaxShift;
+        const int row_exp = fp8::row_exponent(hi, hi != INT_MIN);
         if (hi != INT_MIN) span[size_t(e)] = std::max(span[size_t(e)], hi - lo);
         for (int64_t s = 0; s < K / 16; ++s) {
           int u = 0;
           if (exps[size_t(s)] != INT_MIN) {
-            u = exps[size_t(s)] - row_exp - fp8::kFp8TableMinShift;
+            u = fp8::fold_code(exps[size_t(s)], row_exp);
             if (u < 0) {
               // counted once per 32-wide block, at its first nonzero half
               const bool first_half = s % 2 == 0 || exps[size_t(s - 1)] == INT_MIN;

@@ -20,8 +20,6 @@ namespace {
 constexpr int kThreads = 128;  // 32 lanes x 4 words of a granule, and 32 lanes x 2 k32 steps x 2 row halves
 static_assert(kThreads == pack::kLanes * 4);
 
-__device__ __forceinline__ int mxfp4_exponent(uint8_t b) { return (b >> 3) - pack::kMxfp4ScaleBias; }
-
 __global__ void __launch_bounds__(kThreads) prepare_fp8_kernel(const PrepareFp8Args a) {
   extern __shared__ uint8_t nonzero[];  // [16 rows][K/16 steps]
   __shared__ uint8_t tile[16][64];      // one granule's codes, sign << 3 | magnitude
@@ -66,10 +64,10 @@ __global__ void __launch_bounds__(kThreads) prepare_fp8_kernel(const PrepareFp8A
     const int64_t row = rg * 16 + i;
     int hi = INT_MIN;
     for (int64_t s = 0; s < steps; ++s)
-      if (nonzero[i * steps + s]) hi = max(hi, mxfp4_exponent(sc[pack::scale_offset(K, row, s * 16)]));
+      if (nonzero[i * steps + s]) hi = max(hi, fp8::mxfp4_block_exponent(sc[pack::scale_offset(K, row, s * 16)]));
     row_hi[i] = hi;
     const float global = a.dequant_scale[e * a.scale_parts + (row / 16) % a.scale_parts] / pack::kAccumulatorFactor;
-    a.row_scale[e * a.n + row] = ldexpf(global, hi == INT_MIN ? 0 : hi - fp8::kFp8TableMaxShift);
+    a.row_scale[e * a.n + row] = ldexpf(global, fp8::row_exponent(hi, hi != INT_MIN));
   }
   __syncthreads();
   for (int64_t idx = i; idx < 16 * steps; idx += kThreads) {  // each block scale byte -> its fold code
@@ -78,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) prepare_fp8_kernel(const PrepareFp8A
     uint8_t& b = sc[pack::scale_offset(K, row, s * 16)];
     int u = 0;
     if (nonzero[idx]) {
-      u = mxfp4_exponent(b) - (row_hi[r] - fp8::kFp8TableMaxShift) - fp8::kFp8TableMinShift;
+      u = fp8::fold_code(fp8::mxfp4_block_exponent(b), fp8::row_exponent(row_hi[r], true));
       if (u < 0) {
         if (s % 2 == 0 || !nonzero[idx - 1]) {  // counted once per 32-wide block, at its first nonzero half
           atomicAdd(&a.below[e], 1);
