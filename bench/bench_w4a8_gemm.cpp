@@ -6,10 +6,6 @@
 // and the ratio is reported per round and as the median. Weights are random
 // bytes in each path's prepared layout (MXFP4 shapes: the FP8 fold takes
 // MXFP4), activations random bf16.
-//
-// --compare-output-quantization: GEMM1's W4A8 step also as the layer runs it,
-// GEMM2's input quantized in its epilogue (GemmOperands::out_e4m3), against
-// the same step followed by the FP8 row copy of its output, interleaved.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -100,7 +96,7 @@ int main(int argc, char** argv) {
   std::string out_path = "bench_w4a8_gemm.json";
   double warm_seconds = 0.5;
   int reps = 30, rounds = 3, routings = 4, promotion = 0;
-  bool compare_promotion = false, compare_output_quantization = false;
+  bool compare_promotion = false;
   app.add_option("--models", models, "Model presets")->delimiter(',');
   app.add_option("--tokens", tokens, "Token counts T")->delimiter(',')->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   app.add_option("--out", out_path, "JSON output");
@@ -113,8 +109,6 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000));
   app.add_flag("--compare-promotion", compare_promotion,
                "Also time W4A8 with its partial sums promoted every stage, interleaved with the other two");
-  app.add_flag("--compare-output-quantization", compare_output_quantization,
-               "GEMM1: also time W4A8 quantizing its output in the epilogue against W4A8 then the FP8 row copy");
   CLI11_PARSE(app, argc, argv);
   try {
     for (const std::string& m : models) (void)preset(m);  // a bad name is refused before the device is asked
@@ -158,13 +152,6 @@ int main(int argc, char** argv) {
         DeviceBuffer<__nv_bfloat16> copy(size_t(pairs_max * g.k));
         DeviceBuffer<uint8_t> copy_e4m3(size_t(pairs_max * g.k)), split(size_t(plan::kSplitKWorkspaceBytes));
         DeviceBuffer<float> row_scales(static_cast<size_t>(pairs_max));
-        // GEMM1's output as GEMM2's e4m3 rows (--compare-output-quantization)
-        const bool quantize_out = compare_output_quantization && g.gathered;
-        DeviceBuffer<uint8_t> out_e4m3(quantize_out ? size_t(pairs_max * g.n / 2) : 0);
-        DeviceBuffer<float> out_scales(quantize_out ? static_cast<size_t>(pairs_max) : 0);
-        DeviceBuffer<int32_t> chunk_counters(
-            quantize_out ? size_t(plan::max_token_chunks(pairs_max, plan::min_chunk_rows(), E)) : 0);
-        if (quantize_out) chunk_counters.fill_bytes(0);
         split.fill_bytes(0);
         fill_random_bf16(x.get(), int64_t(x.size()), 14, 1.f, stream);
         FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -214,47 +201,12 @@ int main(int argc, char** argv) {
           std::vector<std::pair<std::string, std::function<SteadyTiming()>>> sides = {{"w4a16", timed(steps_a)},
                                                                                       {"w4a8", timed(steps_b)}};
           if (compare_promotion) sides.emplace_back("w4a8_promoted_every_stage", timed(steps_c));
-          // W4A8 then the FP8 row copy of its output, and W4A8 quantizing it in the epilogue (same tile)
-          std::vector<GemmStepLaunch> steps_quantizing;
-          std::vector<kernels::QuantizeRowsFp8Args> row_copies;
-          std::vector<std::function<void()>> then_copy;
-          if (quantize_out) {
-            std::vector<GemmOperands> ops_q = ops;
-            for (size_t i = 0; i < ops.size(); ++i) {
-              GemmOperands& io = ops_q[i];
-              io.out_e4m3 = out_e4m3.get(), io.out_scales = out_scales.get(), io.out_e4m3_cols = g.n / 2;
-              io.chunk_counters = chunk_counters.get();
-              io.chunk_counter_count = int64_t(chunk_counters.size());
-              row_copies.push_back({.x = y.get(), .count = io.rows, .cols = g.n / 2, .codes = out_e4m3.get(),
-                                    .scales = out_scales.get()});
-            }
-            steps_quantizing = steps_on(fp8.view, ops_q, tile_b, device);
-            for (size_t i = 0; i < ops.size(); ++i)
-              then_copy.push_back([&, i] {
-                enqueue_gemm_step(steps_b[i], stream);
-                kernels::launch_quantize_rows_fp8(row_copies[i], stream);
-              });
-            sides.emplace_back("w4a8_then_row_copy", [&] {
-              return time_graph_sequence_steady(then_copy, stream, warm_seconds, reps, 0, 0);
-            });
-            sides.emplace_back("w4a8_quantizing_output", timed(steps_quantizing));
-          }
           const bench::InterleavedTiming ab = bench::time_interleaved(sides, rounds);
           const double a_us = ab.median_ms[0] * 1e3, b_us = ab.median_ms[1] * 1e3, speedup = ab.ratio;
           const json& per_round = ab.rounds;
           fmt::print("{:<13} {:<6} {:>5}  {:<34} {:>9.2f}  {:<34} {:>9.2f}  {:>6.2f}x", model, g.name, T,
                      plan::gemm_tile_name(tile_a), a_us, plan::gemm_tile_name(tile_b), b_us, speedup);
           if (compare_promotion) fmt::print("  (promoted every stage: {:.2f} us)", ab.median_ms[2] * 1e3);
-          const size_t q = compare_promotion ? 3 : 2;  // the output-quantization sides, when timed
-          double fused_speedup = 0;  // the median over rounds of (then row copy) / (quantizing in the epilogue)
-          if (quantize_out) {
-            std::vector<double> r;
-            for (const json& round : per_round)
-              r.push_back(round["w4a8_then_row_copy_us"].get<double>() / round["w4a8_quantizing_output_us"].get<double>());
-            fused_speedup = bench::median(r);
-            fmt::print("  (then row copy {:.2f} us, quantizing in the epilogue {:.2f} us: {:.2f}x)", ab.median_ms[q] * 1e3,
-                       ab.median_ms[q + 1] * 1e3, fused_speedup);
-          }
           fmt::print("\n");
           std::fflush(stdout);
           cases.push_back({{"model", model}, {"gemm", g.name}, {"n", g.n}, {"k", g.k}, {"tokens", T},
@@ -263,11 +215,6 @@ int main(int argc, char** argv) {
                            {"sweep_w4a16_us", sweep_a * 1e3}, {"sweep_w4a8_us", sweep_b * 1e3}, {"rounds", per_round},
                            {"fp8_promotion_stages", promotion}});
           if (compare_promotion) cases.back()["w4a8_promoted_every_stage_us"] = ab.median_ms[2] * 1e3;
-          if (quantize_out) {
-            cases.back()["w4a8_then_row_copy_us"] = ab.median_ms[q] * 1e3;
-            cases.back()["w4a8_quantizing_output_us"] = ab.median_ms[q + 1] * 1e3;
-            cases.back()["quantizing_output_speedup"] = fused_speedup;
-          }
         }
       }
     }

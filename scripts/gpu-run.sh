@@ -4,8 +4,7 @@
 #   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|w4a8|layer|gpt-oss|host|parallel|modelopt|sanitize|all]
 #   (bench: GEMM tiles at decode and prefill sizes, the K loop's wgmma rate and W4A8 against W4A16; decode,
 #    prefill: those sizes only; w4a8: the GEMM steps and the whole layer with e4m3 activations against bf16,
-#    interleaved (bench_w4a8_gemm, bench_w4a8_layer; W4A8_TOKENS to choose T, W4A8_MODELS the presets,
-#    W4A8_GEMM_ARGS more bench_w4a8_gemm flags, e.g. --compare-output-quantization);
+#    interleaved (bench_w4a8_gemm, bench_w4a8_layer; W4A8_TOKENS to choose T, W4A8_MODELS the presets);
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
 #    gpt-oss: fp4moe bench --model gpt-oss-120b (untuned; GPT_OSS_TOKENS to choose T; GLM5_TOKENS for layer);
 #    both beside the peer engines of bench/peers.py (scripts/fetch-peers.sh puts them in .whl/peers);
@@ -111,7 +110,7 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = decode ] || [ "$WHAT" = prefill ] || [ "$W
 fi
 if [ "$WHAT" = w4a8 ] || [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   start=$(date +%s)
-  "$BIN/bench_w4a8_gemm" ${W4A8_TOKENS:+--tokens $W4A8_TOKENS} ${W4A8_MODELS:+--models $W4A8_MODELS} ${W4A8_GEMM_ARGS:-} \
+  "$BIN/bench_w4a8_gemm" ${W4A8_TOKENS:+--tokens $W4A8_TOKENS} ${W4A8_MODELS:+--models $W4A8_MODELS} \
     --out "$OUT/bench_w4a8_gemm.json" 2>&1 | tee "$OUT/bench_w4a8_gemm.log"
   summary+=("bench_w4a8_gemm: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s")
   summary+=("$(grep -E 'gemm[12] ' "$OUT/bench_w4a8_gemm.log" | awk '{printf "%s %s T=%s %s; ", $1, $2, $3, $NF}')")

@@ -54,19 +54,6 @@ struct GroupedGemmArgs {
   // k32 wgmma, not along K, and each promotion waits for the stage's wgmma
   // (docs/fp8.md, "Accumulation").
   int fp8_promotion_stages = 0;
-  // GEMM2's FP8 row copy done by GEMM1 (e4m3 tiles, swiglu epilogue; docs/fp8.md):
-  // y's rows also as e4m3 codes [P, y_e4m3_cols] (zeros past N/2) and each
-  // row's scale [P], bitwise what quantize_rows_fp8 makes of y. A row's scale
-  // needs all N/2 columns, so the CTA that writes a token chunk's last N tile
-  // quantizes the chunk's rows. chunk_counters holds chunk_counter_count
-  // arrival counters, at least P / chunk + E for the tile's chunk (see
-  // max_token_chunks), zero before the first launch (every launch leaves them
-  // zero); launches using them must not overlap in time. Null: y only.
-  uint8_t* y_e4m3 = nullptr;
-  float* y_scale = nullptr;
-  int64_t y_e4m3_cols = 0;
-  int32_t* chunk_counters = nullptr;
-  int64_t chunk_counter_count = 0;
   plan::ActivationType activations() const { return x_e4m3 ? plan::ActivationType::e4m3 : plan::ActivationType::bf16; }
   // P = expert_offsets[E], the permuted rows computed. Warp-specialized tiles
   // need it: they load the rows in expert order by TMA, from x with gather null

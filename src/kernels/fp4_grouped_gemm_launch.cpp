@@ -168,18 +168,6 @@ void check_args(const GroupedGemmArgs& a) {
   } else {
     FP4MOE_CHECK(a.y, "grouped GEMM: y is null");
   }
-  if (a.y_e4m3) {
-    FP4MOE_CHECK(a.epilogue == GemmEpilogue::swiglu && a.activations() == plan::ActivationType::e4m3,
-                 "grouped GEMM: y_e4m3 (the output quantized to e4m3 in the epilogue) needs e4m3 activations and the "
-                 "swiglu epilogue");
-    FP4MOE_CHECK(a.y_scale && a.chunk_counters && a.chunk_counter_count > 0,
-                 "grouped GEMM: y_e4m3 needs y_scale and chunk_counters (chunk_counter_count = "
-                     << a.chunk_counter_count << ")");
-    FP4MOE_CHECK(a.y_e4m3_cols >= a.n / 2 && a.y_e4m3_cols % 16 == 0,
-                 "grouped GEMM: y_e4m3_cols = " << a.y_e4m3_cols << " must be a multiple of 16 and at least N/2 = " << a.n / 2);
-    FP4MOE_CHECK(reinterpret_cast<uintptr_t>(a.y) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y_e4m3) % 16 == 0,
-                 "grouped GEMM: y and y_e4m3 must be 16-byte aligned (the epilogue's quantization moves 16 bytes at a time)");
-  }
   FP4MOE_CHECK(a.fp8_promotion_stages >= 0,
                "grouped GEMM: fp8_promotion_stages = " << a.fp8_promotion_stages << " is negative");
   FP4MOE_CHECK(a.permuted_rows >= 0, "grouped GEMM: permuted_rows = " << a.permuted_rows << " is negative");
@@ -223,10 +211,6 @@ KernelParams kernel_params(const GroupedGemmArgs& a, const GemmLaunch& launch, i
           .x_scale = a.x_scale,
           .row_scale = a.weight_row_scale,
           .fp8_promotion_stages = a.fp8_promotion_stages,
-          .y_e4m3 = a.y_e4m3,
-          .y_scale = a.y_scale,
-          .y_e4m3_cols = a.y_e4m3_cols,
-          .chunk_counters = a.chunk_counters,
           .bias = a.bias,
           .clamped_swiglu = a.activation == GemmActivation::clamped_swiglu,
           .swiglu_limit = a.swiglu_limit,
@@ -266,10 +250,6 @@ PreparedGemm prepare_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& la
                "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile) << " does not split K (k_splits = "
                                     << launch.k_splits << "); warp-specialized tiles of up to 128 accumulators per thread do");
   g.k_split = k_split_plan(a, launch, g.grid);
-  FP4MOE_CHECK(!a.y_e4m3 || tile.can_quantize_output(),
-               "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile)
-                                    << " does not quantize its output to e4m3 in its epilogue (y_e4m3); a GEMM step on it "
-                                       "runs the FP8 row copy of its output after it");
   // Warp-specialized tiles load every operand through a tensor map (TMA).
   if (tile.warp_specialized) {
     FP4MOE_CHECK(a.permuted_rows > 0, "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile)
@@ -286,11 +266,6 @@ PreparedGemm prepare_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& la
       for (int j = 0; j < detail::kRowBoxMaps && (8 << j) < tile.nt; ++j)
         g.maps.x_rows[j] = activation_tensor_map(x, a.permuted_rows, a.k, 8 << j, tile.activations);
     set_k_splits(g.params, a, launch, g.k_split.splits);
-    if (a.y_e4m3)
-      FP4MOE_CHECK(a.chunk_counter_count >= plan::max_token_chunks(a.permuted_rows, tile.chunk(), a.num_experts),
-                   "grouped GEMM: " << a.chunk_counter_count << " chunk counters for up to "
-                                    << plan::max_token_chunks(a.permuted_rows, tile.chunk(), a.num_experts)
-                                    << " token chunks of tile " << plan::gemm_tile_name(launch.tile));
     // (only where the launch may overlap its predecessor: without dependent
     // launch nothing is gained, and isolated launches measured slower with it)
     g.params.offsets_ready_at_launch = a.offsets_ready_at_launch && g.dependent_launch;

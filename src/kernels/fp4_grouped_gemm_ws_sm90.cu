@@ -6,7 +6,6 @@
 //   ws_producer.cuh   the producer's tensor copies
 //   ws_mainloop.cuh   the consumers' K loops (wgmma or mma.sync, by token width)
 //   ws_epilogue.cuh   an item's staging and write
-//   ws_chunk_quantize.cuh  GEMM1's output as GEMM2's e4m3 rows (e4m3 tiles)
 // and split_k_reduce.cuh the split-K sum.
 //
 // Why it is shaped this way (docs/kernels.md has the numbers):
@@ -42,7 +41,6 @@
 #include "kernels/grouped_gemm_common.cuh"
 #include "kernels/grouped_gemm_kernels.hpp"
 #include "kernels/split_k_reduce.cuh"
-#include "kernels/ws_chunk_quantize.cuh"
 #include "kernels/ws_epilogue.cuh"
 #include "kernels/ws_mainloop.cuh"
 #include "kernels/ws_pipeline.cuh"
@@ -106,20 +104,6 @@ __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSche
       const WsEpilogue<TileIndex, Epi> epilogue{{}, p, reinterpret_cast<float*>(smem + L.epilogue_offset(ring.stages)), cg,
                                                 wg_warp, lane, tid - Tile::kProducerThreads - cg * 128};
       epilogue.write(w, acc);
-      if constexpr (T.can_quantize_output())
-        if (p.y_e4m3) {
-          // The accumulators are dead until the next item's first step
-          // overwrites them; zeroed, they hold no registers across the
-          // quantization (which, on the widest tiles, spilled).
-#pragma unroll
-          for (int b = 0; b < kMB; ++b)
-#pragma unroll
-            for (int i = 0; i < T.nt / 2; ++i) acc[b][i] = 0.f;
-          const WsChunkQuantize<TileIndex> quantize{
-              {}, p, reinterpret_cast<volatile int32_t*>(smem + L.chunk_flag_offset(ring.stages)),
-              tid - Tile::kProducerThreads, kAllConsumersBarrier};
-          quantize.after_tile(w, sched.chunk_of(it, parts), sched.n_tiles());
-        }
     }
     if constexpr (!T.wgmma) {  // wgmma overwrites them at the next item's first step
 #pragma unroll

@@ -42,13 +42,6 @@ struct KernelParams {
   const float* x_scale;
   const float* row_scale;
   int fp8_promotion_stages;  // GroupedGemmArgs::fp8_promotion_stages
-  // e4m3 tiles, SwiGLU epilogue (GroupedGemmArgs::y_e4m3): the output rows
-  // also as e4m3 [P][y_e4m3_cols] with a scale per row [P], written by the
-  // CTA that finishes a token chunk last (one arrival counter per chunk).
-  uint8_t* y_e4m3;
-  float* y_scale;
-  int64_t y_e4m3_cols;
-  int32_t* chunk_counters;
   // The biased kernel instances only (GroupedGemmArgs::bias, ::activation).
   const float* bias;
   int clamped_swiglu;

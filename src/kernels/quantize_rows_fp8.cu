@@ -1,22 +1,50 @@
 // A block per row (at decode sizes a handful of rows: a warp per row left the
 // whole pass to one SM, its loads and divisions one after another), 8 bf16
 // (16 bytes) per thread and step: the amax of the row (or of each 128
-// columns, a half warp's step), then each value's code (e4m3_rows.cuh: the
-// arithmetic, bitwise the host's). Two neighbour lanes hold the two halves of
-// a 16-byte store; the even lane takes the odd one's codes (one shuffle) and
-// stores both. Non-finite input (the host refuses it): a NaN is ignored by
-// the amax and stays NaN in its place; an Inf makes its row's (or block's)
-// scale Inf, so its finite neighbours become 0 and it NaN.
+// columns, a half warp's step), the scale amax / 448, then each
+// value divided by it and rounded to e4m3 (round to nearest even, saturating
+// at 448: cvt.rn.satfinite, as the host's e4m3_encode). IEEE divisions
+// (__fdiv_rn) so the bits equal the host's. Two neighbour lanes hold the two
+// halves of a 16-byte store; the even lane takes the odd one's codes (one
+// shuffle) and stores both. Non-finite input (the host refuses it): a NaN is
+// ignored by the amax and stays NaN in its place; an Inf makes its row's (or
+// block's) scale Inf, so its finite neighbours become 0 and it NaN.
+#include <cuda_fp8.h>
+
 #include "common/cuda_check.hpp"
 #include "fp4moe/error.hpp"
 #include "kernels/dependent_launch.cuh"
-#include "kernels/e4m3_rows.cuh"
 #include "kernels/quantize_rows_fp8.hpp"
 
 namespace fp4moe::kernels {
 namespace {
 
-using namespace detail;
+constexpr float kE4m3Largest = 448.0f;
+
+__device__ __forceinline__ float amax8(const uint4& v) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+  float m = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+  }
+  return m;
+}
+
+// The 8 codes of 8 consecutive values, code j in byte j of a 64-bit word.
+__device__ __forceinline__ uint64_t codes8(const uint4& v, float scale) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+  uint64_t out = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    const __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(
+        make_float2(__fdiv_rn(f.x, scale), __fdiv_rn(f.y, scale)), __NV_SATFINITE, __NV_E4M3);
+    out |= uint64_t(two) << (16 * i);
+  }
+  return out;
+}
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -44,7 +72,7 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_fp8_kernel(const uint4
     m = warp_amax[0];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) m = fmaxf(m, warp_amax[w]);
-    row_scale = e4m3_scale_of_amax(m);
+    row_scale = m > 0.f ? __fdiv_rn(m, kE4m3Largest) : 1.f;
     if (threadIdx.x == 0) scales[p] = row_scale;
   }
   // Each warp takes 32 consecutive pieces per step (256 values, two groups of
@@ -57,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_fp8_kernel(const uint4
       float m = amax8(v);
 #pragma unroll
       for (int o = 8; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-      scale = e4m3_scale_of_amax(m);
+      scale = m > 0.f ? __fdiv_rn(m, kE4m3Largest) : 1.f;
       const int g = c / 16;
       if (lane % 16 == 0 && g < groups) scales[p * groups + g] = scale;
     }

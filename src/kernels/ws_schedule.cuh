@@ -55,11 +55,6 @@ struct WsSchedule : WsTile<TileIndex> {
     w.rows = static_cast<int>(min(int64_t(w.rows), p.permuted_rows - w.row0));
     return w;
   }
-  // The token chunk of item i / parts, numbered across experts (0 .. prefix[E] - 1).
-  __device__ int chunk_of(int i, int parts) const {
-    const ItemTile t = work_item_tile<true>(i / parts, prefix, E, prefix[E], n_tiles() / kCluster);
-    return prefix[t.expert] + t.chunk;
-  }
   // The first item's weights need only its expert and N tile, which the prefix
   // in shared memory gives: loading its expert offsets first added a round
   // trip to L2 before the first copy (GemmTile::first_tile_from_prefix).

@@ -25,9 +25,6 @@ constexpr const char* activation_type_name(ActivationType a) { return a == Activ
 constexpr int64_t token_chunks(int64_t rows, int chunk, int max_rows) {
   return rows <= 0 ? 0 : rows <= max_rows ? 1 : (rows - max_rows + chunk - 1) / chunk + 1;
 }
-// A bound on the chunks of P rows over E experts (max_rows >= chunk): each
-// expert's are at most rows / chunk + 1.
-constexpr int64_t max_token_chunks(int64_t rows, int chunk, int64_t experts) { return rows / chunk + experts; }
 
 // One tile configuration of the FP4 grouped GEMM, and every policy that
 // differs per tile: the kernels, the planner, the tuner and the tests read
@@ -74,16 +71,10 @@ struct GemmTile {
   // runs the GEMMs of its type; e4m3 tiles multiply by wgmma k32 and stage one
   // byte per activation.
   ActivationType activations = ActivationType::bf16;
-  // e4m3 tiles: the SwiGLU epilogue also quantizes its output for the next
-  // GEMM (GroupedGemmArgs::y_e4m3); false where that code, inlined into the
-  // consumer at its register cap, spilled (the resource check). A GEMM step
-  // on such a tile runs the FP8 row copy of its output after it instead.
-  bool quantizes_output = true;
 
   // ---- shape ----
   constexpr bool fp8() const { return activations == ActivationType::e4m3; }
   constexpr int activation_bytes() const { return fp8() ? 1 : 2; }
-  constexpr bool can_quantize_output() const { return fp8() && warp_specialized && quantizes_output; }
   // K of one 128-byte swizzle atom of an activation row (a TMA box's width, a wgmma descriptor's row)
   constexpr int activation_atom_k() const { return 128 / activation_bytes(); }
   // K of one MMA step: wgmma k16 (bf16) or k32 (e4m3)
@@ -275,7 +266,7 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm256_nt32_bk128_mt1_c1_ws_w8_fp8", .bm = 256, .nt = 32, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 8, .activations = ActivationType::e4m3},
     {.name = "bm256_nt64_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 5, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     // (K-loop widths 64 and 128: with the default four, or six stages, ptxas spills its plain instance)
-    {.name = "bm128_nt128_bk128_mt1_c1_ws_fp8", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 64, .activations = ActivationType::e4m3, .quantizes_output = false},
+    {.name = "bm128_nt128_bk128_mt1_c1_ws_fp8", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 64, .activations = ActivationType::e4m3},
     // decode sizes: two CTAs of two consumer warpgroups per SM, twice the items of bm256 in a round
     {.name = "bm128_nt8_bk256_mt1_c2_ws_fp8", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 2, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     // three CTAs per SM (three stages each): more weight copies in flight where K is short
@@ -284,12 +275,6 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm256_nt128_bk128_mt2_c1_ws_fp8", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .biased_instance = false, .activations = ActivationType::e4m3},
 };
 inline constexpr int kNumGemmTiles = sizeof(kGemmTiles) / sizeof(kGemmTiles[0]);
-// The fewest rows any tile puts in a token chunk (sizes per-chunk counters: max_token_chunks).
-constexpr int min_chunk_rows() {
-  int m = kGemmTiles[0].chunk();
-  for (const GemmTile& t : kGemmTiles) m = t.chunk() < m ? t.chunk() : m;
-  return m;
-}
 
 constexpr bool same_name(const char* a, const char* b) {
   while (*a && *a == *b) ++a, ++b;
@@ -351,8 +336,7 @@ struct GemmSmemLayout {
   // warp-specialized: a "full" and an "empty" mbarrier per stage (8 bytes each), for the most stages
   constexpr int64_t barrier_bytes() const { return tile.warp_specialized ? 2 * int64_t(tile.max_stages) * 8 : 0; }
   // warp-specialized: split-K's "this CTA arrived last" word, broadcast to the consumers
-  // (plan/split_k.hpp), then the routed row count (expert_offsets[E]), then the
-  // epilogue's "this CTA finished the token chunk" word (GroupedGemmArgs::y_e4m3); 16 bytes
+  // (plan/split_k.hpp), then the routed row count (expert_offsets[E]); 16 bytes
   constexpr int64_t split_flag_bytes() const { return tile.warp_specialized ? 16 : 0; }
   constexpr int64_t scheduler_bytes() const {
     return align_up(scheduler_prefix_bytes() + row_index_bytes() + barrier_bytes() + split_flag_bytes(), kSmemAlign);
@@ -367,7 +351,6 @@ struct GemmSmemLayout {
   constexpr int64_t row_index_offset(int stages) const { return prefix_offset(stages) + scheduler_prefix_bytes(); }
   constexpr int64_t split_flag_offset(int stages) const { return row_index_offset(stages) + row_index_bytes(); }
   constexpr int64_t routed_rows_offset(int stages) const { return split_flag_offset(stages) + 4; }
-  constexpr int64_t chunk_flag_offset(int stages) const { return split_flag_offset(stages) + 8; }
 
   // The planner's rule (docs/planner.md): stages = floor((capacity - epilogue - fixed) / per_stage),
   // capped at the tile's maximum and at K/bk + 1 (the loader runs at most one item ahead).

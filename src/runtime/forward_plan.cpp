@@ -31,8 +31,6 @@ std::string ForwardPlan::describe() const {
        << " bytes of shared memory, " << k.grid << " CTAs";
     if (g.launch.copies_rows) os << ", rows copied in expert order first";
     if (g.launch.quantizes_rows) os << ", rows quantized to e4m3 (a scale per row) in expert order first";
-    if (k.params.y_e4m3) os << ", output also quantized to e4m3 for the next GEMM (by the CTA finishing each token chunk)";
-    if (g.launch.quantizes_output_after) os << ", output also quantized to e4m3 for the next GEMM (a row copy after it)";
     if (k.k_split.splits > 1) os << ", K split " << k.k_split.splits << " ways (" << k.k_split.explanation() << ")";
     os << "\n";
   }
@@ -56,7 +54,7 @@ plan::TuneKey LayerCore::tune_key(const GemmSpec& g) const {
   const char* e = epi == kernels::GemmEpilogue::swiglu ? "swiglu"
                   : epi == kernels::GemmEpilogue::scatter_add ? "scatter_add" : "store";
   return {std::string("grouped ") + e + (g.w->biased() ? " biased" : "") + (split_k_.size() ? " split-k" : "") +
-              (g.w->activations == plan::ActivationType::e4m3 ? " e4m3" : "") + (g.io.out_e4m3 ? " e4m3-out" : ""),
+              (g.w->activations == plan::ActivationType::e4m3 ? " e4m3" : ""),
           to_string(g.w->format), g.w->n, g.w->k, g.w->experts, plan::token_bucket(g.tokens_per_expert)};
 }
 
@@ -129,13 +127,6 @@ std::vector<LayerCore::GemmSpec> LayerCore::gemm_specs(const PlanShape& s) const
   io1.row_copy = x_permuted_.size() ? x_permuted_.get() : nullptr;
   io1.row_copy_e4m3 = x_e4m3_.size() ? x_e4m3_.get() : nullptr;
   io1.row_scales = x_scales_.size() ? x_scales_.get() : nullptr;
-  if (chunk_counters_.size()) {  // fp8: GEMM1's epilogue quantizes GEMM2's rows (a2_ as e4m3)
-    io1.out_e4m3 = a2_e4m3_.get();
-    io1.out_scales = a2_scales_.get();
-    io1.out_e4m3_cols = intermediate_padded_;
-    io1.chunk_counters = chunk_counters_.get();
-    io1.chunk_counter_count = int64_t(chunk_counters_.size());
-  }
   g.push_back({"gemm1", "GEMM1 + SwiGLU", "gemm1", false, true, false, &routed_->w13, io1, per_expert, active});
   GemmOperands io2 = operands(a2_.get(), nullptr, P, offsets_.get(), split ? GemmEpilogue::store : GemmEpilogue::scatter_add,
                               split ? y2_.get() : nullptr);
@@ -145,7 +136,6 @@ std::vector<LayerCore::GemmSpec> LayerCore::gemm_specs(const PlanShape& s) const
   io2.top_k = static_cast<int>(cfg_.top_k);
   io2.row_copy_e4m3 = a2_e4m3_.size() ? a2_e4m3_.get() : nullptr;
   io2.row_scales = a2_scales_.size() ? a2_scales_.get() : nullptr;
-  io2.rows_quantized_before = io1.out_e4m3 != nullptr;
   g.push_back({"gemm2", split ? "GEMM2 (split finalize)" : "GEMM2 (fused finalize)", "gemm2", false, false, !split,
                &routed_->w2, io2, per_expert, active});
   if (shared_) {
@@ -168,8 +158,8 @@ std::string LayerCore::plan_notes() const {
     os << "H " << cfg_.hidden << " and I " << cfg_.intermediate << " run as " << hidden_padded_ << " and "
        << intermediate_padded_ << " (padded with zero weights)\n";
   if (opts_.activations == ActivationFormat::fp8)
-    os << "activations: the routed experts' GEMMs read e4m3 rows with a scale per row (W4A8: GEMM1's from the FP8 row "
-          "copy, GEMM2's quantized in GEMM1's epilogue)"
+    os << "activations: the routed experts' GEMMs read e4m3 rows with a scale per row (W4A8, the FP8 row copy before "
+          "each)"
        << (shared_ ? "; the shared expert's stay bf16" : "") << "\n";
   if (cfg_.expert_bias || cfg_.activation != Activation::swiglu)
     os << "epilogues: the biased instance (expert biases"

@@ -45,11 +45,6 @@ kernels::GroupedGemmArgs grouped_gemm_args(const ProjectionView& w, const GemmOp
     a.x_scale = io.row_scales;
     a.weight_row_scale = w.row_scale;
     a.fp8_promotion_stages = io.fp8_promotion_stages;
-    a.y_e4m3 = io.out_e4m3;
-    a.y_scale = io.out_scales;
-    a.y_e4m3_cols = io.out_e4m3_cols;
-    a.chunk_counters = io.chunk_counters;
-    a.chunk_counter_count = io.chunk_counter_count;
   }
   return a;
 }
@@ -63,20 +58,12 @@ GemmStepLaunch prepare_gemm_step(const ProjectionView& w, const GemmOperands& io
   FP4MOE_CHECK(x_cols > 0 && x_cols <= w.k, "GEMM step: x has " << x_cols << " columns for K = " << w.k);
   FP4MOE_CHECK(io.gather || x_cols == w.k, "GEMM step: rows of " << x_cols << " columns for K = " << w.k << " need a gather");
   GemmStepLaunch s;
-  if (io.out_e4m3 && !plan::kGemmTiles[launch.tile].can_quantize_output()) {
-    FP4MOE_CHECK(io.epilogue == kernels::GemmEpilogue::swiglu && io.y && io.out_scales,
-                 "GEMM step: out_e4m3 needs the swiglu epilogue, y and out_scales");
-    s.quantizes_output_after = true;
-    s.fp8_output_copy = {.x = io.y, .count = io.rows, .cols = w.n / 2, .group = 0, .codes = io.out_e4m3,
-                         .out_cols = io.out_e4m3_cols, .scales = io.out_scales};
-    a.y_e4m3 = nullptr, a.y_scale = nullptr, a.chunk_counters = nullptr;
-  }
   if (w.activations == plan::ActivationType::e4m3) {
     // e4m3 tiles read the rows the FP8 row copy quantizes, in expert order (gathered on the way)
     FP4MOE_CHECK(io.x && io.row_copy_e4m3 && io.row_scales,
                  "GEMM step: e4m3 activations need x and the FP8 row copy's buffers (row_copy_e4m3, row_scales)");
     FP4MOE_CHECK(io.rows > 0, "GEMM step: the FP8 row copy needs permuted rows (P = expert_offsets[E]), got " << io.rows);
-    s.quantizes_rows = !io.rows_quantized_before;
+    s.quantizes_rows = true;
     s.fp8_row_copy = {.x = io.x, .rows = io.gather, .count = io.rows, .cols = x_cols, .group = 0,
                       .codes = io.row_copy_e4m3, .out_cols = w.k, .scales = io.row_scales};
     s.gemm = kernels::prepare_grouped_gemm(a, launch, device);
@@ -102,7 +89,6 @@ void enqueue_gemm_step(const GemmStepLaunch& s, cudaStream_t stream) {
   if (s.copies_rows) kernels::launch_gather_rows(s.row_copy, stream);
   if (s.quantizes_rows) kernels::launch_quantize_rows_fp8(s.fp8_row_copy, stream);
   kernels::enqueue_grouped_gemm(s.gemm, stream);
-  if (s.quantizes_output_after) kernels::launch_quantize_rows_fp8(s.fp8_output_copy, stream);
 }
 
 void bind_gemm_input(GemmStepLaunch& s, const __nv_bfloat16* x) {

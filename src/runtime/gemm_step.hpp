@@ -63,16 +63,6 @@ struct GemmOperands {
   uint8_t* row_copy_e4m3 = nullptr;
   float* row_scales = nullptr;
   int fp8_promotion_stages = 0;  // GroupedGemmArgs::fp8_promotion_stages
-  // e4m3: row_copy_e4m3 and row_scales already hold x's rows, quantized by
-  // the step before (its out_e4m3); this step has no FP8 row copy.
-  bool rows_quantized_before = false;
-  // swiglu on e4m3 tiles: y's rows also quantized for the next GEMM
-  // (GroupedGemmArgs::y_e4m3, _scale, _cols; chunk_counters, _count).
-  uint8_t* out_e4m3 = nullptr;
-  float* out_scales = nullptr;
-  int64_t out_e4m3_cols = 0;
-  int32_t* chunk_counters = nullptr;
-  int64_t chunk_counter_count = 0;
 };
 
 // The grouped GEMM's arguments: the one place they are filled.
@@ -80,26 +70,20 @@ kernels::GroupedGemmArgs grouped_gemm_args(const ProjectionView& w, const GemmOp
 
 // One GEMM step, ready to queue: the row copy where the tile loads its rows
 // in expert order (or x is narrower than K), or on e4m3 tiles the FP8 row
-// copy (unless the step before quantized the rows), then the GEMM, and where
-// it quantizes its output for the next GEMM on a tile whose epilogue does
-// not, that output's FP8 row copy.
+// copy (always), then the GEMM.
 struct GemmStepLaunch {
   bool copies_rows = false;
   kernels::GatherRowsArgs row_copy;
   bool quantizes_rows = false;
   kernels::QuantizeRowsFp8Args fp8_row_copy;
   kernels::PreparedGemm gemm;
-  // GemmOperands::out_e4m3 on a tile whose epilogue does not quantize
-  // (GemmTile::quantizes_output): the FP8 row copy of y after the GEMM.
-  bool quantizes_output_after = false;
-  kernels::QuantizeRowsFp8Args fp8_output_copy;
 };
 
 // Checks and assembles the step (the planner's verdict, the grid, split-K,
 // tensor maps). Throws fp4moe::Error naming what does not fit.
 GemmStepLaunch prepare_gemm_step(const ProjectionView& w, const GemmOperands& io, const kernels::GemmLaunch& launch,
                                  const plan::DeviceLimits& device);
-// Queues it: one to three launches, nothing computed.
+// Queues it: one or two launches, nothing computed.
 void enqueue_gemm_step(const GemmStepLaunch& s, cudaStream_t stream);
 // The same step on another x of the same shape (a forward's hidden states).
 void bind_gemm_input(GemmStepLaunch& s, const __nv_bfloat16* x);

@@ -127,8 +127,6 @@ void LayerCore::init_workspace() {
     x_scales_.resize(size_t(P));
     a2_e4m3_.resize(size_t(P * intermediate_padded_));
     a2_scales_.resize(size_t(P));
-    chunk_counters_.resize(size_t(plan::max_token_chunks(P, plan::min_chunk_rows(), routed_->w13.experts)));
-    chunk_counters_.fill_bytes(0);  // every launch leaves them zero
   }
 }
 
@@ -253,7 +251,7 @@ int64_t LayerCore::workspace_bytes() const {
                  permuted_token_.bytes() + x_permuted_.bytes() + split_k_.bytes() + pair_pos_.bytes() +
                  dense_offsets_.bytes() + status_.bytes() + accumulate_.bytes() + a2_.bytes() + y2_.bytes() +
                  shared_a2_.bytes() + shared_y_.bytes() + x_e4m3_.bytes() + x_scales_.bytes() + a2_e4m3_.bytes() +
-                 a2_scales_.bytes() + chunk_counters_.bytes());
+                 a2_scales_.bytes());
 }
 
 }  // namespace fp4moe

@@ -133,9 +133,6 @@ class LayerCore {
   // e4m3 rows in expert order [P, K] and their scales [P], from the FP8 row copy
   DeviceBuffer<uint8_t> x_e4m3_, a2_e4m3_;
   DeviceBuffer<float> x_scales_, a2_scales_;
-  // GEMM1's arrival counter per token chunk, for quantizing GEMM2's rows in
-  // its epilogue (GemmOperands::out_e4m3), zeroed once
-  DeviceBuffer<int32_t> chunk_counters_;
   // split-K partial sums and arrival counters (warp-specialized tiles, sm_90), zeroed once
   DeviceBuffer<uint8_t> split_k_;
   // optional router: logits = hidden . router_weight^T on the device

@@ -170,9 +170,6 @@ TEST(GpuMoeLayer, Fp8ActivationsAgainstTheirReference) {
         o.activations = ActivationFormat::fp8;
         MoeLayer layer(c.cfg, c.w, o);
         EXPECT_NE(layer.describe(T).find("e4m3"), std::string::npos) << layer.describe(T);
-        // GEMM2's rows come from GEMM1's epilogue, not a row copy of their own
-        EXPECT_NE(layer.describe(T).find("output also quantized to e4m3 for the next GEMM"), std::string::npos)
-            << layer.describe(T);
         const std::string what = cfg.name + " T=" + std::to_string(T) + (mode == FinalizeMode::split ? " split" : " fused");
         const GpuRun g = run_layer(layer, c);
         const Routing route = route_reference(c.cfg, c.logits.data(), c.T, c.w.correction_bias);
