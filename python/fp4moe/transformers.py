@@ -8,7 +8,8 @@ becomes an fp4moe layer whose FP4 weights come from a ModelOpt NVFP4 checkpoint
 (``load_modelopt``: transformers cannot load those itself), or from quantizing
 the module's own weights (``use_fp4moe``: ModelOpt's NVFP4 arithmetic; the
 module's weights are then replaced by their dequantized values, so both compute
-the same function). gpt-oss's experts come from its own MXFP4 checkpoint
+the same function; NVFP4 by default, MXFP4 with ``format="mxfp4"``, which FP8
+activations, ``activations="fp8"``, need). gpt-oss's experts come from its own MXFP4 checkpoint
 (``load_gpt_oss``), their biases and clamped SwiGLU computed in fp4moe's GEMM
 epilogues.
 """
@@ -53,33 +54,43 @@ class FP4MoEExperts(torch.nn.Module):
         return y.to(hidden_states.dtype)
 
 
-def _quantize_projection(w: torch.Tensor, halves: int):
-    """[E, N, K] float -> FP4 codes [E, N, K/2], scales [E, N, K/16], scale_2 [E] or [E, 2] and the dequantized weights.
-    Gate and up share one amax per expert, as ModelOpt's export does."""
+def _quantize_projection(w: torch.Tensor, halves: int, format: str = "nvfp4"):
+    """[E, N, K] float -> FP4 codes [E, N, K/2], block scales [E, N, K/block], scale_2 ([E] or [E, 2]; None
+    for MXFP4) and the dequantized weights. NVFP4: gate and up share one amax per expert, as ModelOpt's
+    export does; MXFP4: power-of-two block scales of 32, no global scale."""
     E = w.shape[0]
     codes, scales, scale_2, deq = [], [], [], []
     for e in range(E):
         x = w[e].detach().float().cpu().numpy()
+        if format == "mxfp4":
+            c, s, _ = quantize(x, "mxfp4")
+            codes.append(c), scales.append(s), deq.append(dequantize(c, s, 1.0, "mxfp4"))
+            continue
         amax = float(np.abs(x).max())
         parts = np.split(x, halves)
         q = [quantize(p, "nvfp4", amax=amax) for p in parts]
         codes.append(np.concatenate([a[0] for a in q])), scales.append(np.concatenate([a[1] for a in q]))
         scale_2.append([a[2] for a in q])
         deq.append(np.concatenate([dequantize(a[0], a[1], a[2]) for a in q]))
+    if format == "mxfp4":
+        return np.stack(codes), np.stack(scales), None, np.stack(deq)
     s2 = np.array(scale_2, np.float32)
     return np.stack(codes), np.stack(scales), (s2 if halves == 2 else s2[:, 0].copy()), np.stack(deq)
 
 
-def quantize_experts(experts: torch.nn.Module, top_k: int, *, max_tokens: int = 1024,
-                     finalize: str = "split") -> FP4MoEExperts:
+def quantize_experts(experts: torch.nn.Module, top_k: int, *, max_tokens: int = 1024, finalize: str = "split",
+                     format: str = "nvfp4", activations: str = "bf16") -> FP4MoEExperts:
     """Quantizes a transformers experts module (gate_up_proj [E, 2I, H], down_proj [E, H, I])
-    to NVFP4, writes the dequantized values back into it, and returns the fp4moe
-    module that computes the same experts."""
+    to ``format`` (nvfp4 or mxfp4), writes the dequantized values back into it, and
+    returns the fp4moe module that computes the same experts, with ``activations``
+    bf16 or fp8 (W4A8: MXFP4 only; docs/fp8.md)."""
+    if format not in ("nvfp4", "mxfp4"):
+        raise ValueError(f"format '{format}' is not nvfp4 or mxfp4")
     gu, dp = experts.gate_up_proj, experts.down_proj
     E, two_i, H = gu.shape
     dev = gu.device
-    c13, s13, g13, d13 = _quantize_projection(gu, 2)
-    c2, s2, g2, d2 = _quantize_projection(dp, 1)
+    c13, s13, g13, d13 = _quantize_projection(gu, 2, format)
+    c2, s2, g2, d2 = _quantize_projection(dp, 1, format)
     with torch.no_grad():
         gu.copy_(torch.from_numpy(d13).to(gu.dtype))
         dp.copy_(torch.from_numpy(d2).to(dp.dtype))
@@ -87,11 +98,14 @@ def quantize_experts(experts: torch.nn.Module, top_k: int, *, max_tokens: int = 
            "scoring": "softmax", "renormalize": False}
 
     def t(a, fp8=False):
+        if a is None:
+            return None
         x = torch.from_numpy(np.ascontiguousarray(a)).to(dev)
         return x.view(torch.float8_e4m3fn) if fp8 else x
 
-    layer = MoeLayer.from_tensors(cfg, t(c13), t(s13, True), t(g13), t(c2), t(s2, True), t(g2), max_tokens=max_tokens,
-                                  finalize=finalize)
+    nv = format == "nvfp4"  # (MXFP4's e8m0 scales go as their bytes)
+    layer = MoeLayer.from_tensors(cfg, t(c13), t(s13, nv), t(g13), t(c2), t(s2, nv), t(g2), format=format,
+                                  max_tokens=max_tokens, finalize=finalize, activations=activations)
     return FP4MoEExperts(layer, E)
 
 
@@ -100,12 +114,15 @@ def moe_blocks(model: torch.nn.Module) -> List[torch.nn.Module]:
     return [m for m in model.modules() if hasattr(m, "gate") and hasattr(getattr(m, "experts", None), "gate_up_proj")]
 
 
-def use_fp4moe(model: torch.nn.Module, *, max_tokens: int = 1024, blocks: Optional[Iterable[torch.nn.Module]] = None):
-    """Puts fp4moe behind every MoE block of ``model`` (its experts quantized to NVFP4
-    in place: see quantize_experts). Returns the blocks changed."""
+def use_fp4moe(model: torch.nn.Module, *, max_tokens: int = 1024, blocks: Optional[Iterable[torch.nn.Module]] = None,
+               format: str = "nvfp4", activations: str = "bf16"):
+    """Puts fp4moe behind every MoE block of ``model`` (its experts quantized to
+    ``format`` in place, computed with ``activations``: see quantize_experts).
+    Returns the blocks changed."""
     changed = []
     for block in blocks if blocks is not None else moe_blocks(model):
-        block.experts = quantize_experts(block.experts, block.gate.top_k, max_tokens=max_tokens)
+        block.experts = quantize_experts(block.experts, block.gate.top_k, max_tokens=max_tokens, format=format,
+                                         activations=activations)
         changed.append(block)
     return changed
 
