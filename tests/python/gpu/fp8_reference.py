@@ -61,21 +61,26 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def expect_fp8_error_within_the_reference(name, experts, fp8_experts, x, ids, w, gpt_oss=False):
-    """fp4moe's W4A8 experts against the module's own (fp32, on the bf16-rounded
-    input): at most 1.1x the error of the PyTorch reference that quantizes the
-    activations as fp4moe does (fp8_reference.py), and at most 6e-2."""
+    """fp4moe's W4A8 experts against the module's own output (fp32, on the
+    bf16-rounded input): at most 1.1x the error of the PyTorch reference that
+    quantizes the activations as fp4moe does, and at most 6e-2. The reference
+    without its quantization must be the module's function, within the
+    module's own rounding (1.7e-3 on the H200 with transformers 5.17, its
+    fp32 GEMMs apparently at TF32; a wrong gate/up order or activation would
+    be far above)."""
     with torch.no_grad():
         xb = x.reshape(-1, x.shape[-1]).to(torch.bfloat16).float()
-        exact = experts_forward(experts, xb, ids, w, gpt_oss=gpt_oss, quantize=False)
         module = experts(xb, ids, w) if not gpt_oss else experts(xb, router_indices=ids, routing_weights=w)
+        module = module.reshape(xb.shape).float()
+        unquantized = experts_forward(experts, xb, ids, w, gpt_oss=gpt_oss, quantize=False)
         quantized = experts_forward(experts, xb, ids, w, gpt_oss=gpt_oss)
         got = fp8_experts(xb, ids, w) if not gpt_oss else fp8_experts(xb, router_indices=ids, routing_weights=w)
-    got = got.reshape(exact.shape)
-    e_module, e_got, e_ref, e_between = (rel(module.reshape(exact.shape), exact), rel(got, exact), rel(quantized, exact),
-                                         rel(got, quantized))
+    got = got.reshape(xb.shape)
+    e_same, e_got, e_ref, e_between = rel(unquantized, module), rel(got, module), rel(quantized, module), rel(got, quantized)
     print(f"{name}: W4A8 experts rel err {e_got:.3e} against the module; the PyTorch reference quantizing the same "
-          f"way {e_ref:.3e} (ratio {e_got / e_ref:.3f}); fp4moe against that reference {e_between:.3e}")
-    assert e_module < 1e-5, "the reference's unquantized form is the module's own function"
+          f"way {e_ref:.3e} (ratio {e_got / e_ref:.3f}); fp4moe against that reference {e_between:.3e}; the "
+          f"reference unquantized against the module {e_same:.1e}")
+    assert e_same < 5e-3, "the reference's unquantized form is the module's own function"
     assert e_got <= 1.1 * e_ref and e_got < 6e-2
     return e_got, e_ref
 
