@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
     // ---- epilogue of item j: scale, stage fp32 [nt][bm], then store / SwiGLU / scatter whole rows ----
     // (the loader is already streaming the next item's first stages)
     const WorkItem w = loader.work_item(j++);
-    if (p.probe != GemmProbe::no_output) Mainloop::stage_item(p, w, acc, epi, warp, lane);
+    if (p.probe != GemmProbe::no_output) Mainloop::template stage_item<Epi>(p, w, acc, epi, warp, lane);
     Mainloop::clear(acc);
     __syncthreads();
     if (p.probe != GemmProbe::no_output)

@@ -1,7 +1,8 @@
-// The grouped GEMM's epilogue: accumulator fragments scaled into an fp32
-// staging tile in shared memory, then written as whole rows: stored (bf16),
-// SwiGLU of gate and up rows (GEMM1), or weighted and added into each token's
-// fp32 sum (the fused finalize). Both kernels use it.
+// The grouped GEMM's epilogue: accumulator fragments scaled (and, on the
+// biased instances, their rows' biases added) into an fp32 staging tile in
+// shared memory, then written as whole rows: stored (bf16), SwiGLU of gate and
+// up rows (GEMM1), or weighted and added into each token's fp32 sum (the
+// fused finalize). Both kernels use it.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -15,14 +16,34 @@
 
 namespace fp4moe::kernels::detail {
 
+// The biases of a thread's two fragment rows f and f+8 (biased instances;
+// `row` is f's feature): loaded once per item, so that the write loops read
+// none (in the loops, 16 bias loads per piece made the widest tiles spill).
+template <EpilogueInstance Epi>
+__device__ __forceinline__ float2 fragment_row_biases(const KernelParams& p, int expert, int64_t row) {
+  if constexpr (Epi == EpilogueInstance::biased) {
+    const float* b = p.bias + int64_t(expert) * p.n + row;
+    return make_float2(__ldg(b), __ldg(b + 8));
+  } else {
+    return make_float2(0.f, 0.f);
+  }
+}
+
 // Accumulator fragment (rows f and f+8, token columns tok and tok+1 of an n8
 // tile; mma.sync's C layout, which is also wgmma's per warp) -> the fp32
-// staging tile [token][row], times the expert's dequantization scale.
-__device__ __forceinline__ void stage_fragment(float* epi, int stride, int f, int tok, const float v[4], float gs) {
-  epi[tok * stride + f] = v[0] * gs;
-  epi[(tok + 1) * stride + f] = v[1] * gs;
-  epi[tok * stride + f + 8] = v[2] * gs;
-  epi[(tok + 1) * stride + f + 8] = v[3] * gs;
+// staging tile [token][row], times the expert's dequantization scale, plus
+// (biased instances) each row's bias: fl(fl(acc * gs) + bias), never fused.
+template <EpilogueInstance Epi = EpilogueInstance::plain>
+__device__ __forceinline__ void stage_fragment(float* epi, int stride, int f, int tok, const float v[4], float gs,
+                                               float2 bias = {}) {
+  const auto out = [&](float x, float b) {
+    if constexpr (Epi == EpilogueInstance::biased) return __fadd_rn(__fmul_rn(x, gs), b);
+    else return x * gs;
+  };
+  epi[tok * stride + f] = out(v[0], bias.x);
+  epi[(tok + 1) * stride + f] = out(v[1], bias.x);
+  epi[tok * stride + f + 8] = out(v[2], bias.y);
+  epi[(tok + 1) * stride + f + 8] = out(v[3], bias.y);
 }
 
 // The dequantization scale of weight row `row` (its 16-row group picks a part).
@@ -46,39 +67,30 @@ __device__ __forceinline__ void store_16_bytes(__nv_bfloat16* dst, const uint32_
                : "memory");
 }
 
-// The staged value of column c (0..Rows-1) of the tile's row r, plus its
-// feature's bias on the biased instances (`bias` points at column 0's).
-template <EpilogueInstance Epi>
-__device__ __forceinline__ float biased(const float* er, const float* bias, int c) {
-  if constexpr (Epi == EpilogueInstance::biased) return er[c] + __ldg(bias + c);
-  else return er[c];
-}
-
 // The SwiGLU of gate g and the up value at column u of `er`: silu(g) * up, or
 // (biased instances, when the launch asks for it) gpt-oss's clamped form
 // g' sigmoid(alpha g') (up' + 1). The plain form reads up after its division:
 // read first, it stays live across the division's slow path, and the cluster
 // tile, at its register cap, spilled.
 template <EpilogueInstance Epi>
-__device__ __forceinline__ float swiglu(const KernelParams& p, float g, const float* er, const float* bias, int u) {
+__device__ __forceinline__ float swiglu(const KernelParams& p, float g, const float* er, int u) {
   if (Epi == EpilogueInstance::biased && p.clamped_swiglu) {
     g = fminf(g, p.swiglu_limit);
-    const float up = fminf(fmaxf(biased<Epi>(er, bias, u), -p.swiglu_limit), p.swiglu_limit);
+    const float up = fminf(fmaxf(er[u], -p.swiglu_limit), p.swiglu_limit);
     return g / (1.f + __expf(-p.swiglu_alpha * g)) * (up + 1.f);
   }
-  return g / (1.f + __expf(-g)) * biased<Epi>(er, bias, u);
+  return g / (1.f + __expf(-g)) * er[u];
 }
 
 // Writes a staged fp32 tile of `Rows` weight rows (output features col0..)
 // for the item's tokens, with `Threads` threads numbered by `tid`: whole
 // 16-byte rows to y (store), the SwiGLU of gate and up (interleaved every 16
 // rows, pack::kGateUpInterleaveRows), or topk-weighted fp32 atomics into the
-// token's output (scatter_add); each value plus its feature's bias on the
-// biased instances (docs/kernels.md states the arithmetic).
+// token's output (scatter_add). The staged values already hold the biases
+// (stage_fragment; docs/kernels.md states the arithmetic).
 template <int Rows, int Threads, EpilogueInstance Epi = EpilogueInstance::plain>
 __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const WorkItem& w, const float* epi, int stride,
                                                   int64_t col0, int tid) {
-  const float* bias = Epi == EpilogueInstance::biased ? p.bias + int64_t(w.expert) * p.n + col0 : nullptr;
   if (p.epilogue == int(GemmEpilogue::swiglu)) {
     constexpr int kPieces = Rows / 2 / 8;  // 8 output columns per piece
     constexpr int kG = pack::kGateUpInterleaveRows;
@@ -92,8 +104,7 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int c = g + 2 * q;
-        const float g0 = biased<Epi>(er, bias, c), g1 = biased<Epi>(er, bias, c + 1);
-        o[q] = bf16x2_bits(swiglu<Epi>(p, g0, er, bias, c + kG), swiglu<Epi>(p, g1, er, bias, c + kG + 1));
+        o[q] = bf16x2_bits(swiglu<Epi>(p, er[c], er, c + kG), swiglu<Epi>(p, er[c + 1], er, c + kG + 1));
       }
       store_16_bytes(p.y + int64_t(w.row0 + r) * ld + col0 / 2 + j0, o);
     }
@@ -106,14 +117,12 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
       const float wt = p.topk_weights[pair];
       float* dst = p.accumulate + int64_t(pair / p.top_k) * p.n + col0 + c0;
       const float* e = epi + r * stride + c0;
-      const float* b = Epi == EpilogueInstance::biased ? bias + c0 : nullptr;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       // one 16-byte vector reduction (sm_90+): a quarter of the atomic operations
-      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(wt * biased<Epi>(e, b, 0), wt * biased<Epi>(e, b, 1),
-                                                            wt * biased<Epi>(e, b, 2), wt * biased<Epi>(e, b, 3)));
+      atomicAdd(reinterpret_cast<float4*>(dst), make_float4(wt * e[0], wt * e[1], wt * e[2], wt * e[3]));
 #else
 #pragma unroll
-      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * biased<Epi>(e, b, q));
+      for (int q = 0; q < 4; ++q) atomicAdd(dst + q, wt * e[q]);
 #endif
     }
   } else {
@@ -122,10 +131,9 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
     for (int i = tid; i < w.rows * kPieces; i += Threads) {
       const int r = i / kPieces, c0 = (i % kPieces) * 8;
       const float* er = epi + r * stride + c0;
-      const float* b = Epi == EpilogueInstance::biased ? bias + c0 : nullptr;
       uint32_t o[4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) o[q] = bf16x2_bits(biased<Epi>(er, b, 2 * q), biased<Epi>(er, b, 2 * q + 1));
+      for (int q = 0; q < 4; ++q) o[q] = bf16x2_bits(er[2 * q], er[2 * q + 1]);
       store_16_bytes(p.y + int64_t(w.row0 + r) * p.n + col0 + c0, o);
     }
   }

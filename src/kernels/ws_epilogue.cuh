@@ -1,6 +1,7 @@
 // The warp-specialized kernel's epilogue of one item: each consumer warpgroup
 // stages its m64 blocks' accumulators (times the expert's dequantization
-// scale; e4m3 tiles: times each row's scale and each token's) in its own part of the staging tile, GemmTile::epilogue_rows() tokens
+// scale; e4m3 tiles: times each row's scale and each token's; plus the rows'
+// biases on the biased instance) in its own part of the staging tile, GemmTile::epilogue_rows() tokens
 // per pass, and writes them (gemm_epilogue.cuh: store, SwiGLU or scatter-add);
 // the producer streams the next item's stages meanwhile, and warpgroups never
 // wait for each other.
@@ -45,6 +46,8 @@ struct WsEpilogue : WsTile<TileIndex> {
         async::named_barrier(kFirstBarrier + cg, 128);  // the previous pass has read the staging tile
 #pragma unroll
         for (int jn = 0; jn < kEpiTokens / 8; ++jn) {
+          // (loaded per fragment, from L1 after the first: held across the passes, they spilled the widest tiles)
+          const float2 bias = fragment_row_biases<Epi>(p, w.expert, row);
           const int jj = pass * (kEpiTokens / 8) + jn;
           float v[4] = {acc[b][jj * 4], acc[b][jj * 4 + 1], acc[b][jj * 4 + 2], acc[b][jj * 4 + 3]};
           if constexpr (T.fp8()) {
@@ -53,7 +56,7 @@ struct WsEpilogue : WsTile<TileIndex> {
             const float xs1 = tok + 1 < w.rows ? p.x_scale[w.row0 + tok + 1] : 0.f;
             v[0] *= xs0 * rs[0], v[1] *= xs1 * rs[0], v[2] *= xs0 * rs[1], v[3] *= xs1 * rs[1];
           }
-          stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
+          stage_fragment<Epi>(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs, bias);
         }
         async::named_barrier(kFirstBarrier + cg, 128);
         write_staged_tile<64, 128, Epi>(p, part, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + group * 64, gtid);

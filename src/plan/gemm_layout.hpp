@@ -213,7 +213,7 @@ inline constexpr GemmTile kGemmTiles[] = {
     // sizes where four consumer warpgroups share one small activation stage.
     {.name = "bm128_nt128_bk128_mt1_c1_ws", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
     // two m64 blocks per consumer warpgroup: half the activation reads from L2 per flop
-    {.name = "bm256_nt128_bk128_mt2_c1_ws", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .biased_instance = false},
+    {.name = "bm256_nt128_bk128_mt2_c1_ws", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
     {.name = "bm128_nt64_bk128_mt1_c1_ws", .bm = 128, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
     {.name = "bm256_nt64_bk128_mt1_c1_ws", .bm = 256, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
     {.name = "bm256_nt32_bk128_mt1_c1_ws", .bm = 256, .nt = 32, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true},
@@ -232,12 +232,12 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm128_nt128_bk128_mt1_c1_ws_sync", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .warp_specialized = true},
     // Prefill (128+ tokens per expert): chunks of 128 (or 136) whose last takes up
     // to 144 rows, so ragged counts add fewer items.
-    {.name = "bm256_nt144_bk128_mt2_c1_ws_ch128", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 128, .biased_instance = false},
-    {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136, .biased_instance = false},
+    {.name = "bm256_nt144_bk128_mt2_c1_ws_ch128", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 128},
+    {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136},
     // 64 tokens with stages of 256 k: half the barrier waits per k; its epilogue
     // stages 16 tokens at a time so that three stages fit, and the ring does not
     // run dry behind each item's epilogue.
-    {.name = "bm256_nt64_bk256_mt1_c1_ws_e16", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .epilogue_token_rows = 16, .biased_instance = false},
+    {.name = "bm256_nt64_bk256_mt1_c1_ws_e16", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .epilogue_token_rows = 16},
     // Prefill in clusters of two N tiles sharing the activations (multicast):
     // a third fewer bytes per stage from L2 per CTA.
     {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136_cl2", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136, .cluster_n = 2, .biased_instance = false},
@@ -249,8 +249,8 @@ inline constexpr GemmTile kGemmTiles[] = {
     // of 64 accumulators each: the producer keeps 24 registers so that they get 112.
     {.name = "bm256_nt128_bk128_mt1_c1_ws_w16", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 16},
     // Decode sizes in clusters of two N tiles sharing the activations (multicast).
-    {.name = "bm256_nt64_bk256_mt1_c1_ws_e16_cl2", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .epilogue_token_rows = 16, .biased_instance = false},
-    {.name = "bm256_nt128_bk128_mt2_c1_ws_cl2", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .biased_instance = false},
+    {.name = "bm256_nt64_bk256_mt1_c1_ws_e16_cl2", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .epilogue_token_rows = 16},
+    {.name = "bm256_nt128_bk128_mt2_c1_ws_cl2", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2},
     // The 64-token cluster tile with the K loop as wide as the rows in steps of 8
     // (half the wasted columns of steps of 16), for the tuner: twice the K-loop
     // copies, which the ranking does not take.
@@ -266,13 +266,13 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm256_nt32_bk128_mt1_c1_ws_w8_fp8", .bm = 256, .nt = 32, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 8, .activations = ActivationType::e4m3},
     {.name = "bm256_nt64_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 5, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     // (K-loop widths 64 and 128: with the default four, or six stages, ptxas spills its plain instance)
-    {.name = "bm128_nt128_bk128_mt1_c1_ws_fp8", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 64, .activations = ActivationType::e4m3},
+    {.name = "bm128_nt128_bk128_mt1_c1_ws_fp8", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 64, .biased_instance = false, .activations = ActivationType::e4m3},
     // decode sizes: two CTAs of two consumer warpgroups per SM, twice the items of bm256 in a round
     {.name = "bm128_nt8_bk256_mt1_c2_ws_fp8", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 2, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     // three CTAs per SM (three stages each): more weight copies in flight where K is short
     {.name = "bm128_nt8_bk256_mt1_c3_ws_fp8", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 3, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     {.name = "bm128_nt16_bk128_mt1_c2_ws_fp8", .bm = 128, .nt = 16, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 2, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
-    {.name = "bm256_nt128_bk128_mt2_c1_ws_fp8", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .biased_instance = false, .activations = ActivationType::e4m3},
+    {.name = "bm256_nt128_bk128_mt2_c1_ws_fp8", .bm = 256, .nt = 128, .bk = 128, .warp_m_tiles = 2, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
 };
 inline constexpr int kNumGemmTiles = sizeof(kGemmTiles) / sizeof(kGemmTiles[0]);
 

@@ -226,8 +226,8 @@ int rank_fp8_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double toke
   static constexpr Preferred kPreferred[] = {
       {"bm128_nt8_bk256_mt1_c3_ws_fp8", 4, 4096}, {"bm128_nt8_bk256_mt1_c2_ws_fp8", 4},
       {"bm128_nt16_bk128_mt1_c2_ws_fp8", 4},      {"bm256_nt64_bk128_mt1_c1_ws_fp8", 48},
-      {"bm256_nt128_bk128_mt2_c1_ws_fp8", 1e30},  // (no biased instance)
-      {"bm256_nt64_bk128_mt1_c1_ws_fp8", 1e30},   {"bm128_nt128_bk128_mt1_c1_ws_fp8", 1e30},
+      {"bm256_nt128_bk128_mt2_c1_ws_fp8", 1e30},  {"bm256_nt64_bk128_mt1_c1_ws_fp8", 1e30},
+      {"bm128_nt128_bk128_mt1_c1_ws_fp8", 1e30},  // (no biased instance)
   };
   for (const Preferred& want : kPreferred) {
     if (tokens_per_expert > want.up_to_tokens_per_expert || k > want.up_to_k) continue;

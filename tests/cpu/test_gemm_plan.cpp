@@ -358,8 +358,8 @@ TEST(GemmPlan, RankingTakesClustersOfTwoWhereNHasWholePairs) {
   EXPECT_TRUE(kGemmTiles[single].splits_k());
 }
 
-// e4m3 GEMMs rank only e4m3 tiles, by rows per expert; biased ones never the
-// tile without a biased instance; a K the 256-k stages do not divide falls
+// e4m3 GEMMs rank only e4m3 tiles, by rows per expert, biased or not (the
+// widest has a biased instance); a K the 256-k stages do not divide falls
 // back to a tile of 128-k stages.
 TEST(GemmPlan, Fp8RankingTakesOnlyFp8TilesThatFit) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
@@ -377,7 +377,7 @@ TEST(GemmPlan, Fp8RankingTakesOnlyFp8TilesThatFit) {
           EXPECT_EQ(gemm_tile_name(t), "bm256_nt64_bk128_mt1_c1_ws_fp8");
         }
         if (tpe > 48 && n % 256 == 0) {
-          EXPECT_EQ(gemm_tile_name(t), biased ? "bm256_nt64_bk128_mt1_c1_ws_fp8" : "bm256_nt128_bk128_mt2_c1_ws_fp8");
+          EXPECT_EQ(gemm_tile_name(t), "bm256_nt128_bk128_mt2_c1_ws_fp8");
         }
       }
   // (and a bf16 GEMM never an e4m3 tile)
