@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|w4a8|layer|gpt-oss|host|parallel|modelopt|sanitize|all]
+#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|w4a8|layer|gpt-oss|host|parallel|modelopt|sanitize|soak|all]
 #   (bench: GEMM tiles at decode and prefill sizes, the K loop's wgmma rate and W4A8 against W4A16; decode,
 #    prefill: those sizes only; w4a8: the GEMM steps and the whole layer with e4m3 activations against bf16,
 #    interleaved (bench_w4a8_gemm, bench_w4a8_layer; W4A8_TOKENS to choose T, W4A8_MODELS the presets);
@@ -15,6 +15,8 @@
 #    parallel: the layer across GPUs (fp4moe bench --ep/--tp): at one rank, what the parallel path adds over
 #    the single-GPU layer (GLM-5 as one EP8 rank holds it, E/8 experts; as one TP8 rank, I/8), T = PARALLEL_TOKENS;
 #    with several GPUs, each mode over 2, 4, 8 of them;
+#    soak: bench_soak, GLM-5 layers filling 80% of device memory driven from 4 threads for SOAK_SECONDS
+#    (default 480) with bad requests interleaved, SOAK_ARGS more flags (not part of all);
 #    modelopt: NVFP4 test vectors from ModelOpt's own code, MODELOPT_WHEEL=path of the nvidia-modelopt wheel
 #    (default .whl/nvidia_modelopt-*.whl), written to $OUT/modelopt_nvfp4_vectors.safetensors)
 # PACK=1 leaves one file, $OUT/gpu-run.tar.gz, holding every log (the device tool returns at most 8 files).
@@ -24,8 +26,8 @@ OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
 WHAT=${1:-all}
 case "$WHAT" in
-  tests|python|bench|decode|prefill|rate|w4a8|layer|gpt-oss|host|parallel|modelopt|sanitize|all) ;;
-  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, w4a8, layer, gpt-oss, host, parallel, modelopt, sanitize, all" >&2; exit 2 ;;
+  tests|python|bench|decode|prefill|rate|w4a8|layer|gpt-oss|host|parallel|modelopt|sanitize|soak|all) ;;
+  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, w4a8, layer, gpt-oss, host, parallel, modelopt, sanitize, soak, all" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 # cuBLAS and NCCL from PyTorch's wheels where the system has none on the loader's path
@@ -165,6 +167,13 @@ if [ "$WHAT" = gpt-oss ] || [ "$WHAT" = all ]; then
   "$BIN/fp4moe" bench --model gpt-oss-120b --out "$OUT/bench_gpt_oss" --peers-script bench/peers.py \
     ${GPT_OSS_TOKENS:+--tokens $GPT_OSS_TOKENS} ${BENCH_ARGS:-} > "$OUT/bench_gpt_oss.log" 2>&1
   summary+=("fp4moe bench --model gpt-oss-120b: rc=$?")
+fi
+if [ "$WHAT" = soak ]; then
+  start=$(date +%s)
+  # shellcheck disable=SC2086
+  "$BIN/bench_soak" --seconds "${SOAK_SECONDS:-480}" --faults --out "$OUT/bench_soak.json" ${SOAK_ARGS:-} 2>&1 |
+    tee "$OUT/bench_soak.log"
+  summary+=("bench_soak: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s; $(grep -E '^bench_soak: [0-9]+ forwards' "$OUT/bench_soak.log")")
 fi
 if [ "$WHAT" = parallel ] || [ "$WHAT" = all ]; then
   TOK=${PARALLEL_TOKENS:-1,2,4,8,16,32,64,128,256,512,1024,2048}
