@@ -64,6 +64,11 @@ struct Options {
   std::string out = "bench_soak.json";
 };
 
+// DeviceBuffer::upload is a cudaMemcpy on the legacy default stream, which a
+// non-blocking stream does not wait for (from pageable memory it may return
+// before the copy lands): work that reads the upload waits for it first.
+void wait_for_uploads() { FP4MOE_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy)); }
+
 float bf16_value(uint16_t b) {
   const uint32_t u = uint32_t(b) << 16;
   float f;
@@ -136,6 +141,7 @@ class SoakThread {
     host_logits_.resize(logits_.size());
     for (float& v : host_logits_) v = n(rng_);
     logits_.upload(host_logits_);
+    wait_for_uploads();
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   ~SoakThread() { cudaStreamDestroy(stream_); }
@@ -268,6 +274,7 @@ class SoakThread {
       for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i % size_t(cfg_.num_experts));
       ids[1] = int32_t(cfg_.num_experts + 5);
       ids_.upload(ids), weights_.upload(w);
+      wait_for_uploads();
       s.layer->forward_routed(stream_, x_.get(), ids_.get(), weights_.get(), T, out_.get());
       expect_error("expert id out of range", fmt::format("outside [0, {})", cfg_.num_experts),
                    [&] { s.layer->check_status(stream_); });
@@ -275,6 +282,7 @@ class SoakThread {
       std::vector<float> bad(host_logits_.begin(), host_logits_.begin() + T * cfg_.num_experts);
       bad[3] = NAN;
       bad_logits_.upload(bad);
+      wait_for_uploads();
       s.layer->forward(stream_, x_.get(), bad_logits_.get(), T, out_.get());
       expect_error("NaN router logit", "NaN or Inf", [&] { s.layer->check_status(stream_); });
     }
