@@ -228,6 +228,8 @@ int rank_fp8_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double toke
       {"bm128_nt16_bk128_mt1_c2_ws_fp8", 4},      {"bm256_nt64_bk128_mt1_c1_ws_fp8", 48},
       {"bm256_nt128_bk128_mt2_c1_ws_fp8", 1e30},  {"bm256_nt64_bk128_mt1_c1_ws_fp8", 1e30},
       {"bm128_nt128_bk128_mt1_c1_ws_fp8", 1e30},  // (no biased instance)
+      // the last resort of a biased GEMM whose N no 256-row tile divides (2944)
+      {"bm128_nt16_bk128_mt1_c2_ws_fp8", 1e30},
   };
   for (const Preferred& want : kPreferred) {
     if (tokens_per_expert > want.up_to_tokens_per_expert || k > want.up_to_k) continue;
