@@ -56,6 +56,12 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
   rc=${PIPESTATUS[0]}
   summary+=("gpu tests: rc=$rc, $(grep -c '^\[       OK \]' "$OUT/gpu_tests.log") ok, $(grep -c '^\[  FAILED  \]' "$OUT/gpu_tests.log") failed lines, $(( $(date +%s) - start )) s")
   summary+=("slowest gpu tests (ms): $(sed -nE 's/^\[       OK \] (\S+) \(([0-9]+) ms\)/\2 \1/p' "$OUT/gpu_tests.log" | sort -rn | head -6 | tr '\n' ' ')")
+  # the soak's short form: small layers, two threads, bad requests, every check (docs/soak.md)
+  if [ -x "$BIN/bench_soak" ] && [ -z "${GTEST_FILTER:-}" ]; then
+    "$BIN/bench_soak" --model glm5-small --layers 4 --threads 2 --max-tokens 256 --seconds 20 --faults --fault-every 10 \
+      --check-every 5 --reference-every 5 --out "$OUT/soak_short.json" > "$OUT/soak_short.log" 2>&1
+    summary+=("soak, short form: rc=$?; $(grep -E '^bench_soak: [0-9]+ forwards' "$OUT/soak_short.log")")
+  fi
 fi
 if [ "$WHAT" = python ] || [ "$WHAT" = all ]; then
   WHEELS=${WHEELS:-.whl}
