@@ -28,6 +28,7 @@
 #include "runtime/random_fill.hpp"
 #include "io/atomic_file.hpp"
 #include "fp4moe/device.hpp"
+#include "bench_device.hpp"
 #include "fp4moe/reference.hpp"
 #include "kernels/fp4_grouped_gemm.hpp"
 #include "runtime/device_limits.hpp"
@@ -166,13 +167,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 60000));
   CLI11_PARSE(app, argc, argv);
   try {
-    std::string why;
-    const auto devs = list_devices(&why);
-    if (devs.empty()) {
-      fmt::print("bench_grouped_gemm: no CUDA device ({}): nothing to measure\n", why);
-      return 0;
-    }
-    const DeviceInfo& dev = devs[0];
+    const auto found = bench::bench_device("bench_grouped_gemm");
+    if (!found) return 0;
+    const DeviceInfo& dev = *found;
     const plan::DeviceLimits limits = device_limits(dev.index);
     const plan::SmemBudget& budget = limits.budget;
     const MoeConfig cfg = preset("glm5");

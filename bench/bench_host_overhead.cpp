@@ -15,6 +15,7 @@
 #include "runtime/random_fill.hpp"
 #include "common/median.hpp"
 #include "fp4moe/device.hpp"
+#include "bench_device.hpp"
 #include "fp4moe/layer.hpp"
 #include "kernels/dependent_launch.hpp"
 #include "measure/ceilings.hpp"
@@ -42,11 +43,7 @@ int main(int argc, char** argv) {
   app.add_flag("--tune-cache", tuned, "Let the layer read the tune cache ($FP4MOE_CACHE); default: the planner's tiles");
   CLI11_PARSE(app, argc, argv);
   try {
-    std::string why;
-    if (list_devices(&why).empty()) {
-      fmt::print("bench_host_overhead: no CUDA device ({}): nothing to measure\n", why);
-      return 0;
-    }
+    if (!bench::bench_device("bench_host_overhead")) return 0;
     const MoeConfig cfg = preset(model);
     int64_t max_t = 1;
     for (int64_t t : tokens) max_t = std::max(max_t, t);

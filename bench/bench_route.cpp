@@ -16,6 +16,7 @@
 #include "bench/clock_probe.hpp"
 #include "common/median.hpp"
 #include "fp4moe/device.hpp"
+#include "bench_device.hpp"
 #include "fp4moe/model.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "runtime/captured_graph.hpp"
@@ -31,11 +32,7 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", tokens, "Token counts")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   try {
-    std::string why;
-    if (list_devices(&why).empty()) {
-      fmt::print("bench_route: no CUDA device ({}): nothing to measure\n", why);
-      return 0;
-    }
+    if (!bench::bench_device("bench_route")) return 0;
     const MoeConfig c = preset(model);
     int64_t max_t = 1;
     for (int64_t t : tokens) max_t = std::max(max_t, t);

@@ -43,6 +43,7 @@
 #include "runtime/captured_graph.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/random_fill.hpp"
+#include "bench_device.hpp"
 
 using namespace fp4moe;
 using json = nlohmann::json;
@@ -341,13 +342,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     const MoeConfig cfg = preset(o.model);  // a bad name is refused before the device is asked
-    std::string why;
-    const auto devs = list_devices(&why);
-    if (devs.empty()) {
-      fmt::print("bench_soak: no CUDA device ({}): nothing to drive\n", why);
-      return 0;
-    }
-    FP4MOE_CUDA_CHECK(cudaSetDevice(devs[0].index));
+    const auto dev = bench::bench_device("bench_soak");
+    if (!dev) return 0;
+    FP4MOE_CUDA_CHECK(cudaSetDevice(dev->index));
     const MoeWeights w = random_moe_weights(cfg, Fp4Format::nvfp4, o.seed);
     LayerOptions lo;
     lo.max_tokens = o.max_tokens;
@@ -399,7 +396,7 @@ int main(int argc, char** argv) {
     std::string sampler_error;
     std::thread sampler([&] {
       try {
-        FP4MOE_CUDA_CHECK(cudaSetDevice(devs[0].index));
+        FP4MOE_CUDA_CHECK(cudaSetDevice(dev->index));
         while (running) {
           device_samples.push_back({std::chrono::duration<double>(Clock::now() - t0).count(), device_used_bytes()});
           host_samples.push_back(host_rss_bytes());
@@ -416,7 +413,7 @@ int main(int argc, char** argv) {
       for (int t = 0; t < o.threads; ++t)
         ts.emplace_back([&, t] {
           try {
-            FP4MOE_CUDA_CHECK(cudaSetDevice(devs[0].index));
+            FP4MOE_CUDA_CHECK(cudaSetDevice(dev->index));
             workers[size_t(t)]->run(end);
           } catch (const std::exception& e) {
             thread_errors[size_t(t)] = e.what();
@@ -451,7 +448,7 @@ int main(int argc, char** argv) {
     for (int64_t b : host_samples) host_max = std::max(host_max, b);
 
     json report;
-    report["device"] = devs[0].name;
+    report["device"] = dev->name;
     report["model"] = o.model;
     report["layers"] = slots.size();
     report["threads"] = o.threads;

@@ -23,6 +23,7 @@
 #include "plan/gemm_plan.hpp"
 #include "plan/split_k.hpp"
 #include "interleaved_rounds.hpp"
+#include "bench_device.hpp"
 #include "routed_batch.hpp"
 #include "step_launches.hpp"
 #include "runtime/device_buffer.hpp"
@@ -112,21 +113,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     for (const std::string& m : models) (void)preset(m);  // a bad name is refused before the device is asked
-    std::string why;
-    const auto devs = list_devices(&why);
-    if (devs.empty()) {
-      fmt::print("bench_w4a8_gemm: no CUDA device ({}): nothing to measure\n", why);
-      return 0;
-    }
-    const plan::DeviceLimits device = device_limits(devs[0].index);
-    if (!device.budget.has_wgmma()) {
-      fmt::print("bench_w4a8_gemm: the FP8 tiles need sm_90a; this device is sm_{}\n", devs[0].cc);
-      return 0;
-    }
+    const auto dev = bench::bench_device("bench_w4a8_gemm", /*need_sm90=*/true);
+    if (!dev) return 0;
+    const plan::DeviceLimits device = device_limits(dev->index);
     cudaStream_t stream;
     FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream));
     json report;
-    report["device"] = devs[0].name;
+    report["device"] = dev->name;
     report["warm_seconds"] = warm_seconds;
     report["reps"] = reps;
     report["rounds"] = rounds;

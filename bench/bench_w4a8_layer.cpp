@@ -22,6 +22,7 @@
 #include "runtime/device_buffer.hpp"
 #include "runtime/random_fill.hpp"
 #include "interleaved_rounds.hpp"
+#include "bench_device.hpp"
 
 using namespace fp4moe;
 using json = nlohmann::json;
@@ -72,21 +73,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     for (const std::string& m : models) (void)preset(m);  // a bad name is refused before the device is asked
-    std::string why;
-    const auto devs = list_devices(&why);
-    if (devs.empty()) {
-      fmt::print("bench_w4a8_layer: no CUDA device ({}): nothing to measure\n", why);
-      return 0;
-    }
-    if (devs[0].cc != 90) {
-      fmt::print("bench_w4a8_layer: the FP8 tiles need sm_90a; this device is sm_{}\n", devs[0].cc);
-      return 0;
-    }
+    const auto dev = bench::bench_device("bench_w4a8_layer", /*need_sm90=*/true);
+    if (!dev) return 0;
     const int64_t max_t = *std::max_element(tokens.begin(), tokens.end());
     cudaStream_t stream;
     FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream));
     json report;
-    report["device"] = devs[0].name;
+    report["device"] = dev->name;
     report["warm_seconds"] = warm_seconds;
     report["reps"] = reps;
     report["rounds"] = rounds;

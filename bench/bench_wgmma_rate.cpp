@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 #include <string>
 
+#include "bench/bench_device.hpp"
 #include "bench/wgmma_rate_kernels.hpp"
 #include "fp4moe/device.hpp"
 #include "measure/ceilings.hpp"
@@ -23,17 +24,13 @@ int main(int argc, char** argv) {
   app.add_option("--ms", ms_per_launch, "Approximate milliseconds per launch")->check(CLI::Range(0.1, 100.0));
   CLI11_PARSE(app, argc, argv);
   try {
-    std::string why;
-    const auto devs = list_devices(&why);
-    if (devs.empty()) {
-      fmt::print("bench_wgmma_rate: no CUDA device ({}): nothing to measure\n", why);
-      return 0;
-    }
-    if (devs[0].cc != 90) {
-      fmt::print(stderr, "bench_wgmma_rate: needs sm_90 (wgmma); {} is sm_{}\n", devs[0].name, devs[0].cc);
+    const auto dev = bench::bench_device("bench_wgmma_rate");
+    if (!dev) return 0;
+    if (dev->cc != 90) {
+      fmt::print(stderr, "bench_wgmma_rate: needs sm_90 (wgmma); {} is sm_{}\n", dev->name, dev->cc);
       return 2;
     }
-    const int sms = devs[0].sm_count;
+    const int sms = dev->sm_count;
     const double cublas = measure_bf16_tflop_per_s();
     float* sink = nullptr;
     FP4MOE_CUDA_CHECK(cudaMalloc(&sink, size_t(sms) * 512 * sizeof(float)));
