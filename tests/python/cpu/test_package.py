@@ -126,13 +126,19 @@ def dense_reference(cfg, t, x, ids, w):
     return out
 
 
-def test_reference_layer_and_router():
+def mixtral_small_case(seed, T):
+    """mixtral-small's config, a random layer, T random hidden rows and router logits."""
     cfg = dict(fp4moe.preset("mixtral-small"))
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     t = random_layer(cfg, rng)
-    T = 5
     x = rng.standard_normal((T, cfg["hidden"])).astype(np.float32)
     logits = rng.standard_normal((T, cfg["num_experts"])).astype(np.float32)
+    return cfg, t, x, logits
+
+
+def test_reference_layer_and_router():
+    T = 5
+    cfg, t, x, logits = mixtral_small_case(1, T)
     ids, w = fp4moe.route(cfg, logits)
     assert ids.shape == (T, cfg["top_k"]) and ids.dtype == np.int32
     # softmax over the chosen logits (renormalised): the top-k by logit, weights summing to 1
@@ -146,11 +152,7 @@ def test_reference_layer_and_router():
 
 
 def test_reference_layer_errors_name_the_argument():
-    cfg = dict(fp4moe.preset("mixtral-small"))
-    rng = np.random.default_rng(2)
-    t = random_layer(cfg, rng)
-    x = rng.standard_normal((3, cfg["hidden"])).astype(np.float32)
-    logits = rng.standard_normal((3, cfg["num_experts"])).astype(np.float32)
+    cfg, t, x, logits = mixtral_small_case(2, 3)
     with pytest.raises(ValueError, match="w2_scale: expected"):
         fp4moe.moe_forward(cfg, t[0], t[1], t[2], t[3], t[4][:, :, :-1].copy(), t[5], x, router_logits=logits)
     with pytest.raises(ValueError, match="w13: expected a contiguous uint8"):
@@ -168,11 +170,7 @@ def test_reference_layer_errors_name_the_argument():
 
 
 def test_reference_with_fp8_activations():
-    cfg = dict(fp4moe.preset("mixtral-small"))
-    rng = np.random.default_rng(5)
-    t = random_layer(cfg, rng)
-    x = rng.standard_normal((4, cfg["hidden"])).astype(np.float32)
-    logits = rng.standard_normal((4, cfg["num_experts"])).astype(np.float32)
+    cfg, t, x, logits = mixtral_small_case(5, 4)
     y = fp4moe.moe_forward(cfg, *t, x, router_logits=logits)
     y8 = fp4moe.moe_forward(cfg, *t, x, router_logits=logits, activations="fp8")
     assert np.array_equal(y8, fp4moe.moe_forward(cfg, *t, x, router_logits=logits, activations="fp8"))

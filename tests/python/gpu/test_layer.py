@@ -83,12 +83,16 @@ def test_swizzled_scales_and_up_gate_order_are_bitwise_the_same_layer():
     assert torch.equal(other(x.cuda(), logits.cuda()), want)
 
 
+def mxfp4_scales(t):
+    """A random MXFP4 layer's block scales on the GPU as float8_e8m0fnu, as engines hold them."""
+    return tuple(torch.from_numpy(t[k]).cuda().view(torch.float8_e8m0fnu) for k in ("w13_scale", "w2_scale"))
+
+
 def test_mxfp4_against_reference():
     cfg, t = make("mixtral-small", seed=7, fmt="mxfp4")
     T = 33
     x, logits = inputs(cfg, T, 8)
-    w13s = torch.from_numpy(t["w13_scale"]).cuda().view(torch.float8_e8m0fnu)
-    w2s = torch.from_numpy(t["w2_scale"]).cuda().view(torch.float8_e8m0fnu)
+    w13s, w2s = mxfp4_scales(t)
     layer = fp4moe.MoeLayer.from_tensors(cfg, cuda(t["w13"]), w13s, None, cuda(t["w2"]), w2s, None, max_tokens=T)
     out = layer(x.cuda(), logits.cuda())
     ref = reference(cfg, t, x.float().numpy(), router_logits=logits.numpy())
@@ -100,8 +104,7 @@ def test_fp8_activations_against_their_reference():
     cfg, t = make("mixtral-small", seed=11, fmt="mxfp4")
     T = 33
     x, logits = inputs(cfg, T, 12)
-    w13s = torch.from_numpy(t["w13_scale"]).cuda().view(torch.float8_e8m0fnu)
-    w2s = torch.from_numpy(t["w2_scale"]).cuda().view(torch.float8_e8m0fnu)
+    w13s, w2s = mxfp4_scales(t)
     layer = fp4moe.MoeLayer.from_tensors(cfg, cuda(t["w13"]), w13s, None, cuda(t["w2"]), w2s, None, max_tokens=T,
                                          finalize="split", deterministic=True, activations="fp8")
     out = layer(x.cuda(), logits.cuda())
