@@ -12,7 +12,9 @@
 // --faults, bad requests are interleaved (a negative token count, one above
 // max_tokens, an expert id out of range, a NaN router logit); each must fail
 // by an error that names it, and the next good forward on that layer is
-// checked. Every layer's
+// checked. A mismatch up to 64 tokens names the first step whose result
+// differs (the layer's intermediates); --neighbours adds threads streaming
+// device memory meanwhile (every tensor copy slower). Every layer's
 // plan and graph for every bucket are made before the clock starts (warm-up);
 // device memory and host RSS are sampled throughout and must not grow past
 // their level after it; each layer's plan for every bucket is compared at the
@@ -41,6 +43,7 @@
 #include "fp4moe/reference.hpp"
 #include "io/atomic_file.hpp"
 #include "runtime/captured_graph.hpp"
+#include "runtime/layer_core.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/random_fill.hpp"
 #include "bench_device.hpp"
@@ -58,10 +61,12 @@ struct Options {
   int min_layers = 16;
   double seconds = 60;
   int threads = 4;
+  int neighbour_threads = 0;  // threads streaming device memory beside the layers (a neighbour's load)
   uint64_t seed = 1;
   int64_t max_tokens = 4096;
   int check_every = 100, reference_every = 20, fault_every = 50;
   bool faults = false;
+  bool split_k = true;
   std::string out = "bench_soak.json";
 };
 
@@ -113,6 +118,17 @@ double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[size_t(std::min<double>(double(v.size() - 1), std::floor(q * double(v.size()))))];
 }
+
+// A neighbour streaming device memory on its own stream (--neighbours): it
+// stretches every tensor copy's latency, as other tenants of a busy GPU do.
+struct Neighbour {
+  DeviceBuffer<uint8_t> from{size_t(256) << 20}, to{size_t(256) << 20};
+  cudaStream_t stream = nullptr;
+  Neighbour() { FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  ~Neighbour() { cudaStreamDestroy(stream); }
+  Neighbour(const Neighbour&) = delete;
+  Neighbour& operator=(const Neighbour&) = delete;
+};
 
 // One layer and what its owning thread keeps for it.
 struct Slot {
@@ -195,7 +211,11 @@ class SoakThread {
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       tally.latency_ms[bucket_of(tokens, o_.max_tokens)].push_back(ms);
       ++tally.forwards, tally.graph_forwards += graph, tally.tokens += tokens;
-      if (++s.forwards % o_.check_every == 0 || check_now) check(s, tokens, graph);
+      if (++s.forwards % o_.check_every == 0 || check_now) {
+        if (tokens <= kTraceTokens) steps_ = snapshot(s, tokens);
+        check(s, tokens, graph, check_now);
+        steps_.clear();
+      }
     }
   }
 
@@ -203,7 +223,7 @@ class SoakThread {
 
  private:
   // The forward just run, recomputed eagerly into check_: bitwise the same.
-  void check(Slot& s, int64_t tokens, bool graph) {
+  void check(Slot& s, int64_t tokens, bool graph, bool after_fault) {
     ++tally.checks;
     s.layer->forward(stream_, x_.get(), logits_.get(), tokens, check_.get());
     s.layer->check_status(stream_);
@@ -219,13 +239,64 @@ class SoakThread {
         ++differ, first = first < 0 ? i : first;
         worst = std::max(worst, std::fabs(double(bf16_value(x)) - bf16_value(y)));
       }
+      // the first step whose result differs (snapshots are kept at small token counts)
+      std::string step = "not traced";  // (bf16 steps: where)
+      if (!steps_.empty()) {
+        const auto again = snapshot(s, tokens);  // (the recompute's)
+        const auto names = s.layer->core().intermediates(tokens);
+        step = "none";
+        for (size_t i = 0; i < again.size(); ++i)
+          if (again[i] != steps_[i]) {
+            step = names[i].step + where_bf16_differ(again[i], steps_[i], i + 1 < again.size() ? names[i].bytes : 0, tokens);
+            break;
+          }
+      }
+      // a third run tells which of the two was the odd one
+      s.layer->forward(stream_, x_.get(), logits_.get(), tokens, check_.get());
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      const std::vector<__nv_bfloat16> c = check_.download();
+      const size_t n = size_t(tokens * cfg_.hidden) * 2;
+      const char* third = std::memcmp(c.data(), a.data(), n) == 0   ? "the first"
+                          : std::memcmp(c.data(), b.data(), n) == 0 ? "the recompute"
+                                                                     : "neither";
       Tally::note(tally.mismatch_cases,
-                  fmt::format("layer {} T={} ({}, its forward {}): {} of {} values differ from the eager recompute, the "
-                              "first at token {}, by up to {:.3e}",
-                              s.index, tokens, graph ? "graph" : "eager", s.forwards, differ, tokens * cfg_.hidden,
-                              first / cfg_.hidden, worst));
+                  fmt::format("layer {} T={} ({}{}, its forward {}): {} of {} values differ from the eager recompute, the "
+                              "first at token {}, by up to {:.3e}; a third run equals {}; first step that differs: {}",
+                              s.index, tokens, graph ? "graph" : "eager", after_fault ? ", after a fault" : "", s.forwards,
+                              differ, tokens * cfg_.hidden, first / cfg_.hidden, worst, third, step));
     }
     if (tally.checks % o_.reference_every == 0) reference(s, b);
+  }
+
+  // Where two bf16 [rows, cols] results differ: elements, row and column ranges, 16-byte pieces.
+  std::string where_bf16_differ(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t, int64_t tokens) const {
+    const int64_t rows = tokens * cfg_.top_k;
+    const int64_t n = int64_t(a.size()) / 2, cols = rows ? n / rows : 0;
+    if (!cols) return "";
+    int64_t differ = 0, r0 = rows, r1 = -1, c0 = cols, c1 = -1;
+    std::map<int64_t, int> by_row;
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::memcmp(&a[size_t(2 * i)], &b[size_t(2 * i)], 2) == 0) continue;
+      ++differ;
+      const int64_t r = i / cols, c = i % cols;
+      r0 = std::min(r0, r), r1 = std::max(r1, r), c0 = std::min(c0, c), c1 = std::max(c1, c);
+      ++by_row[r];
+    }
+    std::string rowlist;
+    for (const auto& [r, k] : by_row) rowlist += fmt::format("{}:{} ", r, k);
+    return fmt::format(" ({} of {} elements as {} rows x {}: rows {}..{}, columns {}..{}; by row {})", differ, n, rows, cols, r0,
+                       r1, c0, c1, rowlist.substr(0, 200));
+  }
+
+  // The intermediate results of the forward just run, step by step.
+  std::vector<std::vector<uint8_t>> snapshot(Slot& s, int64_t tokens) {
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<std::vector<uint8_t>> v;
+    for (const auto& m : s.layer->core().intermediates(tokens)) {
+      v.emplace_back(m.bytes);
+      FP4MOE_CUDA_CHECK(cudaMemcpy(v.back().data(), m.data, m.bytes, cudaMemcpyDeviceToHost));
+    }
+    return v;
   }
 
   // Token 0 against the CPU reference: its routing bitwise, its output within 1e-2.
@@ -304,6 +375,8 @@ class SoakThread {
   }
 
   static constexpr int64_t kFaultTokens = 4;
+  static constexpr int64_t kTraceTokens = 64;  // checks up to this many tokens keep every step's result
+  std::vector<std::vector<uint8_t>> steps_;    // the checked forward's, while its check runs
   const Options& o_;
   const MoeConfig& cfg_;
   const MoeWeights& w_;
@@ -331,12 +404,15 @@ int main(int argc, char** argv) {
   app.add_option("--min-layers", o.min_layers, "Fewest layers --layers 0 may settle for")->check(CLI::Range(1, 4096));
   app.add_option("--seconds", o.seconds, "How long to drive them")->check(CLI::Range(1.0, 86400.0));
   app.add_option("--threads", o.threads, "Host threads, each on its own stream")->check(CLI::Range(1, 64));
+  app.add_option("--neighbours", o.neighbour_threads, "Threads copying device memory on their own streams meanwhile")
+      ->check(CLI::Range(0, 16));
   app.add_option("--seed", o.seed, "Seed of the token counts, modes and inputs");
   app.add_option("--max-tokens", o.max_tokens, "Largest token count")->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   app.add_option("--check-every", o.check_every, "Recompute every Nth forward of a layer")->check(CLI::Range(1, 1000000));
   app.add_option("--reference-every", o.reference_every, "Compare every Nth check with the CPU reference")
       ->check(CLI::Range(1, 1000000));
   app.add_flag("--faults", o.faults, "Interleave bad requests");
+  app.add_flag("!--no-split-k", o.split_k, "Never split a GEMM's K loop (LayerOptions::split_k)");
   app.add_option("--fault-every", o.fault_every, "A bad request every N requests of a thread")->check(CLI::Range(2, 1000000));
   app.add_option("--out", o.out, "JSON report");
   CLI11_PARSE(app, argc, argv);
@@ -349,6 +425,7 @@ int main(int argc, char** argv) {
     LayerOptions lo;
     lo.max_tokens = o.max_tokens;
     lo.deterministic = true;
+    lo.split_k = o.split_k;
     std::vector<std::unique_ptr<Slot>> slots;
     const int64_t used_before = device_used_bytes();
     size_t free_b = 0, total = 0;
@@ -371,6 +448,8 @@ int main(int argc, char** argv) {
     fmt::print("bench_soak: {} layers of {} ({:.2f} GB of weights each, {:.2f} GB workspace) built in {:.0f} s; {} threads for {} s\n",
                slots.size(), o.model, double(slots[0]->layer->weight_bytes()) / 1e9,
                double(slots[0]->layer->workspace_bytes()) / 1e9, build_s, o.threads, o.seconds);
+    fmt::print("bench_soak: a layer's forward at 1 token and at max_tokens:\n{}{}", slots[0]->layer->describe(1),
+               slots[0]->layer->describe(o.max_tokens));
     std::fflush(stdout);
 
     std::vector<std::unique_ptr<SoakThread>> workers;
@@ -381,6 +460,10 @@ int main(int argc, char** argv) {
                                                 << t << " none");
       workers.push_back(std::make_unique<SoakThread>(o, cfg, w, own, t));
     }
+    // the memory-streaming neighbours' buffers and streams, made before the memory baseline
+    std::vector<std::unique_ptr<Neighbour>> neighbours;
+    for (int t = 0; t < o.neighbour_threads; ++t) neighbours.push_back(std::make_unique<Neighbour>());
+    std::vector<std::string> neighbour_errors(size_t(o.neighbour_threads));
     const auto t_warm = Clock::now();
     for (auto& wk : workers) wk->warm_up();
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -419,6 +502,19 @@ int main(int argc, char** argv) {
             thread_errors[size_t(t)] = e.what();
           }
         });
+      for (int t = 0; t < o.neighbour_threads; ++t)
+        ts.emplace_back([&, t] {
+          try {
+            FP4MOE_CUDA_CHECK(cudaSetDevice(dev->index));
+            Neighbour& n = *neighbours[size_t(t)];
+            while (Clock::now() < end) {
+              FP4MOE_CUDA_CHECK(cudaMemcpyAsync(n.to.get(), n.from.get(), n.from.bytes(), cudaMemcpyDeviceToDevice, n.stream));
+              FP4MOE_CUDA_CHECK(cudaStreamSynchronize(n.stream));
+            }
+          } catch (const std::exception& e) {
+            neighbour_errors[size_t(t)] = e.what();
+          }
+        });
       for (auto& t : ts) t.join();
     }
     running = false;
@@ -452,6 +548,7 @@ int main(int argc, char** argv) {
     report["model"] = o.model;
     report["layers"] = slots.size();
     report["threads"] = o.threads;
+    report["neighbour_threads"] = o.neighbour_threads;
     report["seconds"] = ran_s;
     report["seed"] = o.seed;
     report["max_tokens"] = o.max_tokens;
@@ -483,6 +580,8 @@ int main(int argc, char** argv) {
     io::write_file_atomically(o.out, report.dump(1) + "\n");
     bool thread_failed = false;
     for (const auto& e : thread_errors) thread_failed |= !e.empty();
+    for (size_t t = 0; t < neighbour_errors.size(); ++t)
+      if (!neighbour_errors[t].empty()) thread_failed = true, fmt::print("  memory-streaming thread {} stopped: {}\n", t, neighbour_errors[t]);
     fmt::print("bench_soak: {} forwards ({} from graphs) in {:.0f} s, {:.0f} tokens/s; {} checks, {} mismatches; {} CPU "
                "references, {} failed (worst {:.2e}); {} faults, {} mishandled; {} plans changed; device memory {:.2f} GB after warm-up, "
                "{:.2f} GB at most, {:.2f} GB at the end; host RSS {:.2f} -> {:.2f} GB\n",

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "format/gemm_pack.hpp"
+#include "kernels/async_sm90.cuh"
 #include "kernels/grouped_gemm_common.cuh"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/wgmma_sm90.cuh"
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1) wgmma_loop(int passes, f
   uint8_t* wsm = smem + kBBytes + warp * (kWeightBytesPerWarp + kScaleBytesPerWarp);
   for (int i = lane; i < (kWeightBytesPerWarp + kScaleBytesPerWarp) / 4; i += 32)
     reinterpret_cast<uint32_t*>(wsm)[i] = 0x5A3C1E0Fu * uint32_t(i + 1);
-  wgmma::fence_proxy_async_shared();
+  async::fence_proxy_async_shared();
   __syncthreads();
   constexpr uint32_t scale_add2 = pack::scale_add2(pack::scale_exponent_add(pack::kNvfp4ScaleBias));
   const uint64_t bdesc = wgmma::smem_desc_k_major_sw128(ptx::smem_addr(smem));

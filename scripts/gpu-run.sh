@@ -61,6 +61,11 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
     "$BIN/bench_soak" --model glm5-small --layers 4 --threads 2 --max-tokens 256 --seconds 20 --faults --fault-every 10 \
       --check-every 5 --reference-every 5 --out "$OUT/soak_short.json" > "$OUT/soak_short.log" 2>&1
     summary+=("soak, short form: rc=$?; $(grep -E '^bench_soak: [0-9]+ forwards' "$OUT/soak_short.log")")
+    # decode sizes of full GLM-5 layers beside two threads streaming device memory: every tensor copy
+    # slow, the form that showed a warp's rows differing run to run without the proxy fence (docs/soak.md)
+    "$BIN/bench_soak" --model glm5 --layers 2 --threads 2 --neighbours 2 --max-tokens 16 --seconds 15 --check-every 1 \
+      --reference-every 50 --out "$OUT/soak_neighbours.json" > "$OUT/soak_neighbours.log" 2>&1
+    summary+=("soak, decode beside memory-streaming neighbours: rc=$?; $(grep -E '^bench_soak: [0-9]+ forwards' "$OUT/soak_neighbours.log")")
   fi
 fi
 if [ "$WHAT" = python ] || [ "$WHAT" = all ]; then

@@ -31,6 +31,16 @@ __device__ __forceinline__ void fence_barrier_init() {
 #endif
 }
 
+// Orders this thread's shared-memory accesses through the generic proxy (ld/st.shared,
+// ldmatrix, cp.async) with later ones through the async proxy (tensor copies, wgmma)
+// in both directions: writes before become visible to the async proxy, and reads
+// before are done before an async-proxy write (a tensor copy refilling the slot) lands.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 #ifdef FP4MOE_SM90_ASYNC
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(ptx::smem_addr(bar)) : "memory");

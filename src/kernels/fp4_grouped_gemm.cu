@@ -28,6 +28,7 @@
 #include "kernels/grouped_gemm_common.cuh"
 #include "kernels/all_warps_loader.cuh"
 #include "kernels/all_warps_mainloop.cuh"
+#include "kernels/async_sm90.cuh"
 #include "kernels/grouped_gemm_kernels.hpp"
 #include "kernels/mma_sm80.cuh"
 #include "kernels/wgmma_sm90.cuh"
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
   for (int step = 0; step < total_steps; ++step) {
     ptx::cp_async_wait_dynamic(stages - 2);
     // cp.async wrote the stage through the generic proxy; wgmma reads it through the async proxy.
-    if constexpr (T.wgmma) wgmma::fence_proxy_async_shared();
+    if constexpr (T.wgmma) async::fence_proxy_async_shared();
     __syncthreads();
     if (step + stages - 1 < total_steps && p.probe != GemmProbe::math_only) loader.load_stage();
     ptx::cp_async_commit();

@@ -192,7 +192,11 @@ struct WsMainloop : WsTile<TileIndex> {
         pending = cursor.slot;
       } else {
         mma_sync_stage<NU>(st);
-        release(cursor.slot);  // this warp's reads are in registers
+        // This warp read the slot through the generic proxy (ld.shared, ldmatrix), the
+        // producer refills it through the async one, which the arrival alone does not
+        // order: the refill could land before those reads are done (docs/kernels.md).
+        async::fence_proxy_async_shared();
+        release(cursor.slot);
       }
       cursor.advance(ring.stages);
     }

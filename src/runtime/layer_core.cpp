@@ -246,6 +246,24 @@ int64_t LayerCore::weight_bytes() const {
   return b;
 }
 
+std::vector<LayerCore::Intermediate> LayerCore::intermediates(int64_t tokens) const {
+  FP4MOE_CHECK(tokens >= 0 && tokens <= opts_.max_tokens,
+               "intermediates: tokens = " << tokens << " is outside 0..max_tokens = " << opts_.max_tokens);
+  const size_t P = size_t(tokens * cfg_.top_k), T = size_t(tokens);
+  std::vector<Intermediate> v = {{"route: topk ids", topk_ids_.get(), P * 4},
+                                 {"route: topk weights", topk_weights_.get(), P * 4},
+                                 {"permute: offsets", offsets_.get(), offsets_.bytes()},
+                                 {"permute: rows", permuted_pair_.get(), P * 4}};
+  if (x_permuted_.size()) v.push_back({"GEMM1's row copy", x_permuted_.get(), P * size_t(hidden_padded_) * 2});
+  if (x_e4m3_.size()) v.push_back({"GEMM1's e4m3 rows", x_e4m3_.get(), P * size_t(hidden_padded_)});
+  v.push_back({"GEMM1", a2_.get(), P * size_t(intermediate_padded_) * 2});
+  if (a2_e4m3_.size()) v.push_back({"GEMM2's e4m3 rows", a2_e4m3_.get(), P * size_t(intermediate_padded_)});
+  if (y2_.size()) v.push_back({"GEMM2", y2_.get(), P * size_t(hidden_padded_) * 2});
+  if (shared_a2_.size()) v.push_back({"shared GEMM1", shared_a2_.get(), T * size_t(cfg_.shared_intermediate) * 2});
+  if (shared_y_.size()) v.push_back({"shared GEMM2", shared_y_.get(), T * size_t(cfg_.hidden) * 2});
+  return v;
+}
+
 int64_t LayerCore::workspace_bytes() const {
   return int64_t(topk_ids_.bytes() + topk_weights_.bytes() + offsets_.bytes() + permuted_pair_.bytes() +
                  permuted_token_.bytes() + x_permuted_.bytes() + split_k_.bytes() + pair_pos_.bytes() +

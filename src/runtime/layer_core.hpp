@@ -75,6 +75,14 @@ class LayerCore {
   FinalizeMode finalize_mode() const { return finalize_; }
   int64_t weight_bytes() const;
   int64_t workspace_bytes() const;
+  // The last forward's intermediate results over `tokens` tokens, in step
+  // order (bench_soak names the first that differs between two runs).
+  struct Intermediate {
+    const char* step;
+    const void* data;
+    size_t bytes;
+  };
+  std::vector<Intermediate> intermediates(int64_t tokens) const;
   bool has_router() const { return blas_ != nullptr; }
   // logits [T, E] = hidden . router_weight^T (+ router bias), into the layer's buffer.
   const float* router_logits(const __nv_bfloat16* hidden, int64_t tokens, cudaStream_t stream);
