@@ -56,6 +56,8 @@ namespace {
 
 struct Options {
   std::string model = "glm5";
+  std::string format = "auto";       // the random experts' FP4 format: the model's checkpoint's, or nvfp4 / mxfp4
+  std::string activations = "bf16";  // LayerOptions::activations: bf16 or fp8 (W4A8)
   int layers = 0;  // 0: as many as fit in memory_fraction of the device
   double memory_fraction = 0.8;
   int min_layers = 16;
@@ -309,7 +311,7 @@ class SoakThread {
     const Routing r = route_reference(cfg_, host_logits_.data(), 1, w_.correction_bias);
     std::vector<int32_t> ids(size_t(cfg_.top_k));
     FP4MOE_CUDA_CHECK(cudaMemcpy(ids.data(), s.layer->topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost));
-    const std::vector<float> want = moe_forward_reference(cfg_, w_, x.data(), 1, r);
+    const std::vector<float> want = moe_forward_reference(cfg_, w_, x.data(), 1, r, s.layer->core().options().activations);
     double num = 0, den = 0;
     for (int64_t i = 0; i < cfg_.hidden; ++i) {
       uint16_t bits;
@@ -398,6 +400,10 @@ int main(int argc, char** argv) {
   CLI::App app{"Soak: many resident layers, several threads and streams, random token counts, eager and graphs"};
   Options o;
   app.add_option("--model", o.model, "Model preset");
+  app.add_option("--format", o.format, "The random experts' FP4 format: auto (the model's checkpoint's), nvfp4 or mxfp4")
+      ->check(CLI::IsMember({"auto", "nvfp4", "mxfp4"}));
+  app.add_option("--activations", o.activations, "The routed experts' activations: bf16 or fp8 (W4A8, MXFP4 weights)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
   app.add_option("--layers", o.layers, "Resident layers (0: as many as fit in --memory-fraction)")->check(CLI::Range(0, 4096));
   app.add_option("--memory-fraction", o.memory_fraction, "Share of device memory the layers may take")
       ->check(CLI::Range(0.05, 0.95));
@@ -421,8 +427,10 @@ int main(int argc, char** argv) {
     const auto dev = bench::bench_device("bench_soak");
     if (!dev) return 0;
     FP4MOE_CUDA_CHECK(cudaSetDevice(dev->index));
-    const MoeWeights w = random_moe_weights(cfg, Fp4Format::nvfp4, o.seed);
+    const Fp4Format format = o.format == "auto" ? checkpoint_format(cfg) : parse_fp4_format(o.format);
+    const MoeWeights w = random_moe_weights(cfg, format, o.seed);
     LayerOptions lo;
+    lo.activations = parse_activation_format(o.activations);
     lo.max_tokens = o.max_tokens;
     lo.deterministic = true;
     lo.split_k = o.split_k;
@@ -445,8 +453,8 @@ int main(int argc, char** argv) {
     FP4MOE_CHECK(int(slots.size()) >= (o.layers ? o.layers : o.min_layers),
                  "bench_soak: " << slots.size() << " layers of " << o.model << " fit in " << o.memory_fraction
                                 << " of device memory; --min-layers is " << o.min_layers);
-    fmt::print("bench_soak: {} layers of {} ({:.2f} GB of weights each, {:.2f} GB workspace) built in {:.0f} s; {} threads for {} s\n",
-               slots.size(), o.model, double(slots[0]->layer->weight_bytes()) / 1e9,
+    fmt::print("bench_soak: {} layers of {} ({}, {} activations; {:.2f} GB of weights each, {:.2f} GB workspace) built in {:.0f} s; {} threads for {} s\n",
+               slots.size(), o.model, to_string(format), o.activations, double(slots[0]->layer->weight_bytes()) / 1e9,
                double(slots[0]->layer->workspace_bytes()) / 1e9, build_s, o.threads, o.seconds);
     fmt::print("bench_soak: a layer's forward at 1 token and at max_tokens:\n{}{}", slots[0]->layer->describe(1),
                slots[0]->layer->describe(o.max_tokens));
@@ -546,6 +554,8 @@ int main(int argc, char** argv) {
     json report;
     report["device"] = dev->name;
     report["model"] = o.model;
+    report["format"] = to_string(format);
+    report["activations"] = o.activations;
     report["layers"] = slots.size();
     report["threads"] = o.threads;
     report["neighbour_threads"] = o.neighbour_threads;

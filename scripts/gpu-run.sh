@@ -15,8 +15,9 @@
 #    parallel: the layer across GPUs (fp4moe bench --ep/--tp): at one rank, what the parallel path adds over
 #    the single-GPU layer (GLM-5 as one EP8 rank holds it, E/8 experts; as one TP8 rank, I/8), T = PARALLEL_TOKENS;
 #    with several GPUs, each mode over 2, 4, 8 of them;
-#    soak: bench_soak, GLM-5 layers filling 80% of device memory driven from 4 threads for SOAK_SECONDS
-#    (default 480) with bad requests interleaved, SOAK_ARGS more flags (not part of all);
+#    soak: bench_soak, SOAK_MODEL (default glm5; gpt-oss-120b for its second run) layers filling 80% of
+#    device memory driven from 4 threads for SOAK_SECONDS (default 480) with bad requests interleaved,
+#    SOAK_ARGS more flags (--activations fp8, --neighbours N; not part of all);
 #    modelopt: NVFP4 test vectors from ModelOpt's own code, MODELOPT_WHEEL=path of the nvidia-modelopt wheel
 #    (default .whl/nvidia_modelopt-*.whl), written to $OUT/modelopt_nvfp4_vectors.safetensors)
 # PACK=1 leaves one file, $OUT/gpu-run.tar.gz, holding every log (the device tool returns at most 8 files).
@@ -182,7 +183,8 @@ fi
 if [ "$WHAT" = soak ]; then
   start=$(date +%s)
   # shellcheck disable=SC2086
-  "$BIN/bench_soak" --seconds "${SOAK_SECONDS:-480}" --faults --out "$OUT/bench_soak.json" ${SOAK_ARGS:-} 2>&1 |
+  "$BIN/bench_soak" --model "${SOAK_MODEL:-glm5}" --seconds "${SOAK_SECONDS:-480}" --faults --out "$OUT/bench_soak.json" \
+    ${SOAK_ARGS:-} 2>&1 |
     tee "$OUT/bench_soak.log"
   summary+=("bench_soak: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s; $(grep -E '^bench_soak: [0-9]+ forwards' "$OUT/bench_soak.log")")
 fi

@@ -137,9 +137,7 @@ std::string find_peers_script(const std::string& given) {
 
 // The random experts' format: --format, else the model's checkpoint's.
 Fp4Format bench_format(const BenchOptions& o, const MoeConfig& cfg) {
-  if (o.format != "auto") return parse_fp4_format(o.format);
-  // gpt-oss ships its experts in MXFP4; the other models' checkpoints are NVFP4
-  return cfg.activation == Activation::clamped_swiglu ? Fp4Format::mxfp4 : Fp4Format::nvfp4;
+  return o.format == "auto" ? checkpoint_format(cfg) : parse_fp4_format(o.format);
 }
 
 void bench_without_gpu(const BenchOptions& o, const std::string& why) {

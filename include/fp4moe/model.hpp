@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "fp4moe/format.hpp"
+
 namespace fp4moe {
 
 enum class Scoring { softmax, sigmoid };
@@ -40,6 +42,10 @@ struct MoeConfig {
 // "gpt-oss-120b", "gpt-oss-20b" and "gpt-oss-small".
 MoeConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
+
+// The FP4 format the model's published checkpoint holds its experts in:
+// MXFP4 for gpt-oss (the clamped SwiGLU), NVFP4 (ModelOpt) for the others.
+Fp4Format checkpoint_format(const MoeConfig& cfg);
 
 // From a Hugging Face config.json (hidden_size, moe_intermediate_size,
 // n_routed_experts / num_local_experts, num_experts_per_tok, scoring_func,

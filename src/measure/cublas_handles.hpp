@@ -1,42 +1,15 @@
-// cuBLAS and cuBLASLt handles and descriptors owned by unique_ptrs: a
-// constructor that throws halfway (a create or set-attribute call failing)
-// destroys what it had made before, which a destructor of the class would not.
+// The cuBLASLt handles and descriptors the measurements use, owned like the
+// runtime's cuBLAS handle (runtime/cublas_check.hpp).
 #pragma once
 #include <cublasLt.h>
-#include <cublas_v2.h>
 
-#include <memory>
-#include <type_traits>
-
-#include "fp4moe/error.hpp"
+#include "runtime/cublas_check.hpp"
 
 namespace fp4moe {
 
-template <auto Destroy>
-struct CublasDestroy {
-  template <class Handle>
-  void operator()(Handle h) const {
-    Destroy(h);
-  }
-};
-
-// Owns a cuBLAS(Lt) handle (a pointer to an opaque struct); destroyed with `Destroy`.
-template <class Handle, auto Destroy>
-using CublasOwned = std::unique_ptr<std::remove_pointer_t<Handle>, CublasDestroy<Destroy>>;
-
-using CublasHandle = CublasOwned<cublasHandle_t, cublasDestroy>;
 using CublasLtHandle = CublasOwned<cublasLtHandle_t, cublasLtDestroy>;
 using CublasLtMatmulDesc = CublasOwned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
 using CublasLtLayout = CublasOwned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
 using CublasLtPreference = CublasOwned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
-
-// `create(&handle, args...)`, checked (`what` names it in the error), its result owned.
-template <class Owned, class Create, class... Args>
-Owned cublas_create(const char* what, Create create, Args... args) {
-  typename Owned::pointer h = nullptr;
-  const cublasStatus_t st = create(&h, args...);
-  FP4MOE_CHECK(st == CUBLAS_STATUS_SUCCESS, what << " failed: " << cublasGetStatusString(st));
-  return Owned(h);
-}
 
 }  // namespace fp4moe

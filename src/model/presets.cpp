@@ -140,6 +140,10 @@ constexpr Entry kPresets[] = {
 
 }  // namespace
 
+Fp4Format checkpoint_format(const MoeConfig& cfg) {
+  return cfg.activation == Activation::clamped_swiglu ? Fp4Format::mxfp4 : Fp4Format::nvfp4;
+}
+
 std::vector<std::string> preset_names() {
   std::vector<std::string> names;
   for (const Entry& e : kPresets) names.emplace_back(e.name);

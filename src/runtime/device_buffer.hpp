@@ -1,11 +1,17 @@
 // Owning device allocation; copies in and out checked.
 #pragma once
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "common/cuda_check.hpp"
 
 namespace fp4moe {
+
+namespace detail {
+// Out of memory names the size asked for and what the device had free.
+[[noreturn]] void throw_allocation_failure(cudaError_t err, size_t bytes);
+}  // namespace detail
 
 template <class T>
 class DeviceBuffer {
@@ -29,7 +35,10 @@ class DeviceBuffer {
   void resize(size_t count) {
     if (count == count_) return;
     release();
-    if (count) FP4MOE_CUDA_CHECK(cudaMalloc(&ptr_, count * sizeof(T)));
+    if (count) {
+      const cudaError_t err = cudaMalloc(&ptr_, count * sizeof(T));
+      if (err != cudaSuccess) ptr_ = nullptr, detail::throw_allocation_failure(err, count * sizeof(T));
+    }
     count_ = count;
   }
   void upload(const std::vector<T>& host) {

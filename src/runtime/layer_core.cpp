@@ -90,8 +90,8 @@ void LayerCore::init_router(const uint16_t* w, bool on_device) {
                                on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice));
   logits_.resize(size_t(opts_.max_tokens * cfg_.num_experts));
   blas_workspace_.resize(size_t(8) << 20);  // a fixed workspace keeps cuBLAS graph-capture safe
-  FP4MOE_CUBLAS_CHECK(cublasCreate(&blas_));
-  FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_.get(), blas_workspace_.bytes()));
+  blas_ = cublas_create<CublasHandle>("cublasCreate", cublasCreate);
+  FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(blas_.get(), blas_workspace_.get(), blas_workspace_.bytes()));
 }
 
 void LayerCore::init_workspace() {
@@ -236,9 +236,7 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
   init_workspace();
 }
 
-LayerCore::~LayerCore() {
-  if (blas_) cublasDestroy(blas_);
-}
+LayerCore::~LayerCore() = default;
 
 int64_t LayerCore::weight_bytes() const {
   int64_t b = routed_->w13.bytes() + routed_->w2.bytes();

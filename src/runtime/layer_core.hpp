@@ -14,6 +14,7 @@
 #include "fp4moe/layer.hpp"
 #include "plan/arch.hpp"
 #include "plan/tune_cache.hpp"
+#include "runtime/cublas_check.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/forward_plan.hpp"
 #include "runtime/prepared_projection.hpp"
@@ -148,7 +149,7 @@ class LayerCore {
   DeviceBuffer<float> router_bias_, ones_;  // gpt-oss's router bias [E], added by a rank-1 update with ones [max_tokens]
   DeviceBuffer<float> logits_;
   DeviceBuffer<uint8_t> blas_workspace_;
-  cublasHandle_t blas_ = nullptr;
+  CublasHandle blas_;
   mutable PlanCache plans_;
 };
 

@@ -89,24 +89,27 @@ const float* LayerCore::router_logits(const __nv_bfloat16* hidden, int64_t token
   // Column-major view: logits^T [E, T] = W [E, H] . hidden^T [H, T].
   const float alpha = 1.f, beta = 0.f;
   const int E = static_cast<int>(cfg_.num_experts), H = static_cast<int>(cfg_.hidden);
-  FP4MOE_CUBLAS_CHECK(cublasSetStream(blas_, stream));
-  FP4MOE_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, E, static_cast<int>(tokens), H, &alpha,
+  FP4MOE_CUBLAS_CHECK(cublasSetStream(blas_.get(), stream));
+  FP4MOE_CUBLAS_CHECK(cublasGemmEx(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, E, static_cast<int>(tokens), H, &alpha,
                                    router_weight_.get(), CUDA_R_16BF, H, hidden, CUDA_R_16BF, H, &beta, logits_.get(),
                                    CUDA_R_32F, E, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   if (router_bias_.size()) {  // logits^T += bias [E, 1] . ones [1, T], in exact fp32 (no TF32)
     const float one = 1.f;
-    FP4MOE_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_N, E, static_cast<int>(tokens), 1, &one,
+    FP4MOE_CUBLAS_CHECK(cublasGemmEx(blas_.get(), CUBLAS_OP_N, CUBLAS_OP_N, E, static_cast<int>(tokens), 1, &one,
                                      router_bias_.get(), CUDA_R_32F, E, ones_.get(), CUDA_R_32F, 1, &one, logits_.get(),
                                      CUDA_R_32F, E, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
   }
   return logits_.get();
 }
 
+// On the caller's stream only: a server's other threads keep their streams
+// running (a device-wide synchronisation, or the legacy stream's implicit one,
+// would wait for all their work).
 void LayerCore::check_status(cudaStream_t stream) {
-  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   int32_t s = 0;
-  FP4MOE_CUDA_CHECK(cudaMemcpy(&s, status_.get(), sizeof(s), cudaMemcpyDeviceToHost));
-  status_.fill_bytes(0);
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(&s, status_.get(), sizeof(s), cudaMemcpyDeviceToHost, stream));
+  FP4MOE_CUDA_CHECK(cudaMemsetAsync(status_.get(), 0, sizeof(int32_t), stream));
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   FP4MOE_CHECK(!(s & kernels::kStatusNonFiniteLogit), "forward: a router logit was NaN or Inf (that token got zero weights)");
   FP4MOE_CHECK(!(s & kernels::kStatusBadExpertId), "forward: an expert id was outside [0, " << cfg_.num_experts
                                                     << ") (those pairs contributed nothing)");

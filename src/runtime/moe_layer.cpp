@@ -3,6 +3,8 @@
 #include "fp4moe/layer.hpp"
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 
 #include "common/cuda_check.hpp"
 #include "fp4moe/error.hpp"
@@ -10,10 +12,27 @@
 
 namespace fp4moe {
 
+namespace {
+
+// A layer that does not fit the device says which layer; the buffers it had
+// allocated are freed as the exception leaves the constructor (all RAII).
+template <class Weights>
+std::unique_ptr<LayerCore> make_core(const MoeConfig& cfg, const Weights& weights, const LayerOptions& opts) {
+  try {
+    return std::make_unique<LayerCore>(cfg, weights, opts);
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).find("out of device memory") == std::string_view::npos) throw;
+    throw Error("MoeLayer '" + cfg.name + "' (max_tokens = " + std::to_string(opts.max_tokens) + "): " + e.what() +
+                "; what it had allocated is freed");
+  }
+}
+
+}  // namespace
+
 MoeLayer::MoeLayer(const MoeConfig& cfg, const MoeWeights& weights, const LayerOptions& opts)
-    : core_(std::make_unique<LayerCore>(cfg, weights, opts)) {}
+    : core_(make_core(cfg, weights, opts)) {}
 MoeLayer::MoeLayer(const MoeConfig& cfg, const DeviceMoeWeights& weights, const LayerOptions& opts)
-    : core_(std::make_unique<LayerCore>(cfg, weights, opts)) {}
+    : core_(make_core(cfg, weights, opts)) {}
 MoeLayer::~MoeLayer() = default;
 
 void MoeLayer::run(cudaStream_t stream, const ForwardArgs& args, int64_t tokens, StageMarks* marks) {

@@ -268,6 +268,46 @@ TEST(GpuMoeLayer, BadInputsAreNamed) {
 namespace fp4moe {
 namespace {
 
+// Built when the device has about half of what the layer needs free: a clear
+// out-of-memory error naming the layer, and every byte it took given back.
+TEST(GpuMoeLayer, OutOfMemoryAtBuildIsNamedAndFreesWhatItTook) {
+  FP4MOE_REQUIRE_GPU();
+  const MoeConfig cfg = preset("glm5-small");
+  const MoeWeights w = random_moe_weights(cfg, Fp4Format::nvfp4, 91);
+  LayerOptions opts;
+  opts.max_tokens = 2048;
+  const auto free_bytes = [] {
+    size_t f = 0, t = 0;
+    FP4MOE_CUDA_CHECK(cudaMemGetInfo(&f, &t));
+    return int64_t(f);
+  };
+  int64_t need = 0;
+  {
+    const MoeLayer probe(cfg, w, opts);  // (also loads the modules a build uses)
+    need = probe.weight_bytes() + probe.workspace_bytes();
+  }
+  ASSERT_GT(need, int64_t(64) << 20) << "the case should take far more than the driver's slack";
+  // leave half of what the layer needs free
+  const int64_t hog_bytes = free_bytes() - need / 2;
+  ASSERT_GT(hog_bytes, 0);
+  DeviceBuffer<uint8_t> hog(static_cast<size_t>(hog_bytes));
+  const int64_t before = free_bytes();
+  try {
+    const MoeLayer layer(cfg, w, opts);
+    ADD_FAILURE() << "a layer of " << need << " bytes was built with " << before << " bytes free";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("out of device memory"), std::string::npos) << m;
+    EXPECT_NE(m.find("glm5-small"), std::string::npos) << m;
+    EXPECT_NE(m.find("GiB free on device"), std::string::npos) << m;
+  }
+  // what the failed build took is back (a driver page or two of slack)
+  EXPECT_NEAR(double(free_bytes()), double(before), double(int64_t(4) << 20));
+  hog = DeviceBuffer<uint8_t>();
+  const MoeLayer again(cfg, w, opts);  // the device works after the failure
+  EXPECT_EQ(again.weight_bytes() + again.workspace_bytes(), need);
+}
+
 TEST(GpuMoeLayer, RouterLogitsFromTheRouterWeight) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case("glm5-small", 96, 21);
