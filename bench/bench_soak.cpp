@@ -10,9 +10,9 @@
 // reference (routing bitwise, its output within 1e-2: one token's error, where
 // the tests hold many tokens' to 3e-3; the largest is reported). With
 // --faults, bad requests are interleaved (a negative token count, one above
-// max_tokens, an expert id out of range, a NaN router logit); each must fail
-// by an error that names it, and the next good forward on that layer is
-// checked. A mismatch up to 64 tokens names the first step whose result
+// max_tokens, an expert id out of range, a NaN router logit, a NaN hidden
+// state); each must fail by an error that names it, and the next good forward
+// on that layer is checked. A mismatch up to 64 tokens names the first step whose result
 // differs (the layer's intermediates); --neighbours adds threads streaming
 // device memory meanwhile (every tensor copy slower). Every layer's
 // plan and graph for every bucket are made before the clock starts (warm-up);
@@ -161,7 +161,7 @@ class SoakThread {
         x_(size_t(o.max_tokens * cfg.hidden)), logits_(size_t(o.max_tokens * cfg.num_experts)),
         out_(size_t(o.max_tokens * cfg.hidden)), check_(size_t(o.max_tokens * cfg.hidden)),
         ids_(size_t(kFaultTokens * cfg.top_k)), weights_(size_t(kFaultTokens * cfg.top_k)),
-        bad_logits_(size_t(kFaultTokens * cfg.num_experts)) {
+        bad_logits_(size_t(kFaultTokens * cfg.num_experts)), bad_x_(size_t(kFaultTokens * cfg.hidden)) {
     FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     fill_random_bf16(x_.get(), int64_t(x_.size()), o.seed + 100 + uint64_t(index), 1.f, stream_);
     std::normal_distribution<float> n(0.f, 1.f);
@@ -331,7 +331,7 @@ class SoakThread {
   // One bad request, in turn: each must fail by name or give its defined output.
   void fault(Slot& s) {
     ++tally.faults;
-    const int kind = int(tally.faults % 4);
+    const int kind = int(tally.faults % 5);
     const auto expect_error = [&](const char* what, const std::string& needle, auto&& call) {
       try {
         call();
@@ -359,12 +359,20 @@ class SoakThread {
       s.layer->forward_routed(stream_, x_.get(), ids_.get(), weights_.get(), T, out_.get());
       expect_error("expert id out of range", fmt::format("outside [0, {})", cfg_.num_experts),
                    [&] { s.layer->check_status(stream_); });
-    } else {  // a NaN router logit: reported by name
+    } else if (kind == 3) {  // a NaN router logit: reported by name
       std::vector<float> bad(host_logits_.begin(), host_logits_.begin() + T * cfg_.num_experts);
       bad[3] = NAN;
       copy_on_stream(bad_logits_, bad);
       s.layer->forward(stream_, x_.get(), bad_logits_.get(), T, out_.get());
       expect_error("NaN router logit", "NaN or Inf", [&] { s.layer->check_status(stream_); });
+    } else {  // a NaN in token 2's hidden state: its output row only, named by check_status
+      const uint16_t nan_bits = 0x7FC0;
+      FP4MOE_CUDA_CHECK(cudaMemcpyAsync(bad_x_.get(), x_.get(), bad_x_.bytes(), cudaMemcpyDeviceToDevice, stream_));
+      FP4MOE_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<uint16_t*>(bad_x_.get()) + 2 * cfg_.hidden + 7, &nan_bits, 2,
+                                        cudaMemcpyHostToDevice, stream_));
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // (nan_bits is on this stack)
+      s.layer->forward(stream_, bad_x_.get(), logits_.get(), T, out_.get());
+      expect_error("NaN hidden state", "the output of token 2 holds NaN or Inf", [&] { s.layer->check_status(stream_); });
     }
   }
 
@@ -391,6 +399,7 @@ class SoakThread {
   DeviceBuffer<int32_t> ids_;
   DeviceBuffer<float> weights_;
   DeviceBuffer<float> bad_logits_;  // (allocated up front: the run allocates nothing)
+  DeviceBuffer<__nv_bfloat16> bad_x_;
   std::vector<float> host_logits_;
 };
 

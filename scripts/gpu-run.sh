@@ -211,6 +211,14 @@ if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
       --gtest_filter="${SANITIZE_FILTER:-GpuMoeLayer.SplitFinalize*:GpuGroupedGemm.SkewedRouting*:GpuGroupedGemm.WarpgroupTilesSmallCase:GpuGroupedGemm.SplitKSmallCase:GpuGroupedGemm.EarlyStartSeesOffsetsWrittenTwoLaunchesBack:GpuPrepareFp8.*:GpuQuantizeRowsFp8.*:GpuGroupedGemmFp8.SplitK*}" > "$OUT/sanitizer_$tool.log" 2>&1
     rc=$?
     summary+=("compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)")
+    # the soak's short form: two layers, two threads and streams, graphs, bad requests
+    if [ -x "$BIN/bench_soak" ]; then
+      compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/bench_soak" --model glm5-small --layers 2 --threads 2 \
+        --max-tokens 64 --seconds 5 --faults --fault-every 5 --check-every 3 --reference-every 5 \
+        --out "$OUT/sanitizer_soak_$tool.json" > "$OUT/sanitizer_soak_$tool.log" 2>&1
+      rc=$?
+      summary+=("compute-sanitizer $tool, soak short form: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$OUT/sanitizer_soak_$tool.log" | tail -1)")
+    fi
   done
 fi
 kill $sampler 2>/dev/null

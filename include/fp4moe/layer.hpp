@@ -5,7 +5,9 @@
 // forward() is CUDA-graph capture safe: it allocates nothing, never
 // synchronises and reads nothing back; its workspace is sized at construction
 // for LayerOptions::max_tokens. A bad router logit does not stop a forward: the
-// token is routed with zero weights and check_status() reports it afterwards.
+// token is routed with zero weights and check_status() reports it afterwards;
+// a NaN or Inf hidden state stays in its token's output row, which
+// check_status() names.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -129,8 +131,9 @@ class MoeLayer {
   std::vector<StageTime> profile(cudaStream_t stream, const __nv_bfloat16* hidden, const float* router_logits,
                                  int64_t tokens, __nv_bfloat16* out, int reps = 20);
 
-  // Synchronises `stream`, reads and clears the device status word; throws
-  // naming what was wrong (a non-finite router logit, an expert id out of range).
+  // Reads and clears the device status on `stream` (synchronising that stream
+  // only); throws naming what was wrong (a non-finite router logit, an expert
+  // id out of range, the first token whose output is NaN or Inf).
   void check_status(cudaStream_t stream);
 
   // The last routing this layer computed (forward, forward_from_hidden), on the

@@ -43,6 +43,15 @@ __global__ void finalize_kernel(const FinalizeArgs a) {
     acc[0] = lo.x, acc[1] = lo.y, acc[2] = lo.z, acc[3] = lo.w, acc[4] = hi.x, acc[5] = hi.y, acc[6] = hi.z, acc[7] = hi.w;
   }
   if (a.shared_out) add_bf16x8(acc, *reinterpret_cast<const uint4*>(a.shared_out + t * a.hidden + h), 1.f);
+  if (a.status) {  // a NaN/Inf stays in its token's row (no arithmetic mixes tokens); it is reported
+    bool finite = true;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) finite &= isfinite(acc[i]);
+    if (!finite) {
+      atomicOr(a.status, kStatusNonFiniteOutput);
+      atomicMax(a.status + 1, INT32_MAX - static_cast<int32_t>(t));
+    }
+  }
   if (a.out_f32) {
     float4* o = reinterpret_cast<float4*>(a.out_f32 + t * a.hidden + h);
     o[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);

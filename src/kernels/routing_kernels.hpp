@@ -15,7 +15,11 @@ enum RoutingStatus : int32_t {
   kStatusNonFiniteLogit = 1,   // a NaN/Inf router logit: that token routes to experts 0..k-1 with weight 0
   kStatusBadExpertId = 2,      // a topk id outside [0, global experts): that pair contributes nothing
   kStatusCapacityOverflow = 4, // EP all-to-all: a token found no slot for a peer; its pairs there contribute nothing
+  kStatusNonFiniteOutput = 8,  // a token's output row holds NaN/Inf (a NaN/Inf hidden state, or an overflow); only its row
 };
+// The status words: [0] the bits above, [1] INT32_MAX minus the first token whose
+// output was not finite (atomicMax keeps the lowest; 0: none). Zero between checks.
+inline constexpr int kStatusWords = 2;
 
 struct RouteArgs {
   const float* logits = nullptr;  // [T, E]
@@ -79,6 +83,7 @@ struct FinalizeArgs {
   int top_k = 0;
   __nv_bfloat16* out = nullptr;                // [T, H]
   float* out_f32 = nullptr;                    // instead of out: the fp32 sums, unrounded (parallel layers)
+  int32_t* status = nullptr;                   // kStatusWords words: a row not finite is reported, or null
 };
 // out[t] = sum_j w[t,j] * expert_out[pos(t,j)] in slot order j = 0..k-1 over
 // the pairs not dropped (pos >= 0), fp32

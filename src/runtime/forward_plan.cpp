@@ -214,6 +214,7 @@ ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
   f.hidden = cfg_.hidden;
   f.expert_stride = hidden_padded_;
   f.top_k = static_cast<int>(cfg_.top_k);
+  f.status = status_.get();
   return p;
 }
 

@@ -104,7 +104,7 @@ void LayerCore::init_workspace() {
   permuted_token_.resize(size_t(P));
   pair_pos_.resize(size_t(P));
   dense_offsets_.resize(2);
-  status_.resize(1);
+  status_.resize(kernels::kStatusWords);
   status_.fill_bytes(0);
   a2_.resize(size_t(P * intermediate_padded_));
   if (finalize_ == FinalizeMode::split) y2_.resize(size_t(P * Hp));

@@ -106,13 +106,18 @@ const float* LayerCore::router_logits(const __nv_bfloat16* hidden, int64_t token
 // running (a device-wide synchronisation, or the legacy stream's implicit one,
 // would wait for all their work).
 void LayerCore::check_status(cudaStream_t stream) {
-  int32_t s = 0;
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(&s, status_.get(), sizeof(s), cudaMemcpyDeviceToHost, stream));
-  FP4MOE_CUDA_CHECK(cudaMemsetAsync(status_.get(), 0, sizeof(int32_t), stream));
+  int32_t words[kernels::kStatusWords] = {};
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(words, status_.get(), sizeof(words), cudaMemcpyDeviceToHost, stream));
+  FP4MOE_CUDA_CHECK(cudaMemsetAsync(status_.get(), 0, sizeof(words), stream));
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int32_t s = words[0];
   FP4MOE_CHECK(!(s & kernels::kStatusNonFiniteLogit), "forward: a router logit was NaN or Inf (that token got zero weights)");
   FP4MOE_CHECK(!(s & kernels::kStatusBadExpertId), "forward: an expert id was outside [0, " << cfg_.num_experts
                                                     << ") (those pairs contributed nothing)");
+  FP4MOE_CHECK(!(s & kernels::kStatusNonFiniteOutput),
+               "forward: the output of token " << INT32_MAX - words[1]
+                                                << " holds NaN or Inf (a NaN or Inf hidden state, or an overflow; "
+                                                   "the other tokens' rows are computed as usual)");
   FP4MOE_CHECK(!(s & kernels::kStatusCapacityOverflow),
                "forward: a token found no free row in the expert-parallel all-to-all's capacity "
                "(ParallelOptions::alltoall_capacity); its pairs on that rank contributed nothing");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "fp4moe/layer.hpp"
@@ -219,6 +220,50 @@ TEST(GpuMoeLayer, SplitFinalizeIsBitwiseStableAndGraphEqualsEager) {
   const GpuRun g = run_layer(layer, c, /*graph=*/true);
   EXPECT_EQ(a.out, g.out) << "graph replay differs from eager execution";
   expect_matches_reference(c, a, "glm5-small T=300 deterministic");
+}
+
+// A NaN or Inf in one token's hidden state stays in that token's output row,
+// which check_status names; the other rows are bitwise those of a clean run.
+TEST(GpuMoeLayer, NonFiniteHiddenRowStaysInItsRowAndIsNamed) {
+  FP4MOE_REQUIRE_GPU();
+  for (const uint16_t bad : {uint16_t(0x7FC0), uint16_t(0xFF80)}) {  // NaN, -Inf
+    LayerCase c = make_case("glm5-small", 5, 17);
+    LayerOptions o;
+    o.max_tokens = 64;
+    o.deterministic = true;
+    MoeLayer layer(c.cfg, c.w, o);
+    const GpuRun clean = run_layer(layer, c);
+    uint16_t& poisoned_value = c.x.bits[size_t(2 * c.cfg.hidden + 7)];  // token 2, column 7
+    const uint16_t saved = poisoned_value;
+    poisoned_value = bad;
+    try {
+      run_layer(layer, c);  // (its check_status throws)
+      ADD_FAILURE() << "a non-finite hidden state was not reported";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the output of token 2 holds NaN or Inf"), std::string::npos) << e.what();
+    }
+    // the same forward again, its output read without the check
+    DeviceBuffer<uint16_t> dx(c.x.bits), dout(size_t(c.T * c.cfg.hidden));
+    DeviceBuffer<float> dl(c.logits);
+    layer.forward(nullptr, reinterpret_cast<const __nv_bfloat16*>(dx.get()), dl.get(), c.T,
+                  reinterpret_cast<__nv_bfloat16*>(dout.get()));
+    EXPECT_THROW(layer.check_status(nullptr), Error);
+    const std::vector<uint16_t> out = dout.download();
+    const size_t H = size_t(c.cfg.hidden);
+    for (size_t t = 0; t < size_t(c.T); ++t) {
+      const bool poisoned = t == 2;
+      int64_t finite = 0;
+      for (size_t h = 0; h < H; ++h) finite += std::isfinite(bf16_to_float(out[t * H + h]));
+      if (poisoned) {
+        EXPECT_EQ(finite, 0) << "token 2's row should be NaN or Inf throughout";
+      } else {
+        EXPECT_EQ(0, std::memcmp(&out[t * H], &clean.out[t * H], H * 2)) << "token " << t << "'s row changed";
+      }
+    }
+    // and the layer is clean for the next request
+    poisoned_value = saved;
+    EXPECT_EQ(run_layer(layer, c).out, clean.out);
+  }
 }
 
 TEST(GpuMoeLayer, FullGlm5AtSixtyFourTokens) {
