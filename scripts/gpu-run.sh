@@ -79,6 +79,10 @@ if [ "$WHAT" = python ] || [ "$WHAT" = all ]; then
     summary+=("python torch tests: rc=${PIPESTATUS[0]}, $(tail -1 "$OUT/python_tests.log"), $(( $(date +%s) - start )) s")
     PYTHONPATH=/tmp/site python3 bench/python_op_overhead.py --out "$OUT/python_op_overhead.json" > "$OUT/python_op_overhead.txt" 2>&1
     summary+=("bench/python_op_overhead.py: rc=$?")
+    # the soak's short form through torch.ops.fp4moe (docs/soak.md)
+    PYTHONPATH=/tmp/site python3 bench/soak_torch.py --model glm5-small --layers 4 --threads 2 --seconds 20 \
+      --check-every 5 --fault-every 10 --out "$OUT/soak_torch.json" > "$OUT/soak_torch.log" 2>&1
+    summary+=("bench/soak_torch.py, short form: rc=$?; $(grep -E '^soak_torch: [0-9]+ forwards' "$OUT/soak_torch.log")")
     # the C++ layer's forward on the same preset, timed the same way
     "$BIN/bench_host_overhead" --model glm5-small --tokens 1 >> "$OUT/python_op_overhead.txt" 2>&1
     # the layer through Python beside the PyTorch peers (the README's layer table from Python)

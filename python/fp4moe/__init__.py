@@ -13,7 +13,7 @@ puts fp4moe behind transformers' GLM-5 and DeepSeek-V3 MoE blocks.
 """
 
 from . import _native
-from .config import config_from_hf, preset, preset_names
+from .config import checkpoint_format, config_from_hf, preset, preset_names
 from .layer import MoeLayer
 from .parallel import ParallelMoeLayer, nccl_unique_id
 from .planner import plan
@@ -21,5 +21,5 @@ from .reference import dequantize, moe_forward, quantize, route
 
 __version__ = str(_native.fn("version")())
 
-__all__ = ["MoeLayer", "ParallelMoeLayer", "nccl_unique_id", "plan", "preset", "preset_names", "config_from_hf", "quantize", "dequantize", "route",
+__all__ = ["MoeLayer", "ParallelMoeLayer", "nccl_unique_id", "plan", "preset", "preset_names", "checkpoint_format", "config_from_hf", "quantize", "dequantize", "route",
            "moe_forward", "__version__"]

@@ -18,6 +18,12 @@ def preset_names() -> list:
     return json.loads(_native.fn("preset_names")())
 
 
+def checkpoint_format(config: Any) -> str:
+    """The FP4 format the model's published checkpoint holds its experts in: "mxfp4"
+    for gpt-oss, "nvfp4" (ModelOpt) for the others."""
+    return str(_native.fn("checkpoint_format")(as_config_json(config)))
+
+
 def config_from_hf(path: Union[str, os.PathLike]) -> dict:
     """The MoE config of a Hugging Face config.json (file or directory)."""
     p = os.fspath(path)

@@ -29,6 +29,10 @@ using json = nlohmann::json;
 
 String preset_json(const String& name) { return guarded([&] { return String(config_to_json(preset(name)).dump()); }); }
 
+String checkpoint_format_name(const String& config) {
+  return guarded([&] { return String(to_string(checkpoint_format(config_from_json(config)))); });
+}
+
 String preset_names_json() {
   return guarded([] { return String(json(fp4moe::preset_names()).dump()); });
 }
@@ -178,6 +182,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("fp4moe.version", [] { return String(kVersion); })
       .def("fp4moe.preset", preset_json)
       .def("fp4moe.preset_names", preset_names_json)
+      .def("fp4moe.checkpoint_format", checkpoint_format_name)
       .def("fp4moe.config_from_hf", hf_config_json)
       .def("fp4moe.plan", plan_json)
       .def("fp4moe.quantize", quantize_into)

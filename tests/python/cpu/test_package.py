@@ -18,6 +18,8 @@ def test_version_and_presets():
     g = fp4moe.preset("glm5")
     assert (g["hidden"], g["intermediate"], g["num_experts"], g["top_k"]) == (6144, 2048, 256, 8)
     assert g["scoring"] == "sigmoid" and g["use_correction_bias"] and g["routed_scaling_factor"] == 2.5
+    assert fp4moe.checkpoint_format("glm5") == "nvfp4"
+    assert fp4moe.checkpoint_format(fp4moe.preset("gpt-oss-120b")) == "mxfp4"
 
 
 def test_hf_config(tmp_path):
