@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,7 @@
 #include "fp4moe/layer.hpp"
 #include "fp4moe/reference.hpp"
 #include "io/atomic_file.hpp"
+#include "plan/tune_cache.hpp"
 #include "runtime/captured_graph.hpp"
 #include "runtime/layer_core.hpp"
 #include "runtime/device_buffer.hpp"
@@ -82,6 +84,12 @@ float bf16_value(uint16_t b) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+// The tune cache file's bytes ("" when there is none): the run must leave it as it found it.
+std::string tune_cache_bytes() {
+  std::ifstream f(plan::TuneCache::default_path(), std::ios::binary);
+  return f ? std::string(std::istreambuf_iterator<char>(f), {}) : std::string();
 }
 
 int64_t host_rss_bytes() {
@@ -447,6 +455,7 @@ int main(int argc, char** argv) {
     const int64_t used_before = device_used_bytes();
     size_t free_b = 0, total = 0;
     FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+    const std::string tune_cache_before = tune_cache_bytes();
     const auto t_build = Clock::now();
     while (o.layers == 0 || int(slots.size()) < o.layers) {
       if (o.layers == 0 && !slots.empty()) {  // room for one more, at the first one's size, within the share?
@@ -551,6 +560,7 @@ int main(int argc, char** argv) {
       for (const auto& p : t.reference_cases) Tally::note(all.reference_cases, p);
       for (const auto& p : t.fault_cases) Tally::note(all.fault_cases, p);
     }
+    const bool tune_cache_changed = tune_cache_bytes() != tune_cache_before;
     int64_t plans_changed = 0;
     for (auto& s : slots)
       for (const auto& [b, d] : s->plans_at_start) plans_changed += s->layer->describe(b) != d;
@@ -582,6 +592,8 @@ int main(int argc, char** argv) {
     report["faults"] = all.faults;
     report["faults_mishandled"] = all.faults_mishandled;
     report["plans_changed"] = plans_changed;
+    report["tune_cache"] = {{"path", plan::TuneCache::default_path()}, {"existed", !tune_cache_before.empty()},
+                            {"changed", tune_cache_changed}};
     report["device_bytes"] = {{"before_layers", used_before}, {"after_warm_up", dev_warm}, {"max_after_warm_up", dev_max_after_warm},
                               {"end", dev_end}};
     report["host_rss_bytes"] = {{"after_warm_up", host_warm}, {"max", host_max}, {"end", host_end}};
@@ -602,17 +614,18 @@ int main(int argc, char** argv) {
     for (size_t t = 0; t < neighbour_errors.size(); ++t)
       if (!neighbour_errors[t].empty()) thread_failed = true, fmt::print("  memory-streaming thread {} stopped: {}\n", t, neighbour_errors[t]);
     fmt::print("bench_soak: {} forwards ({} from graphs) in {:.0f} s, {:.0f} tokens/s; {} checks, {} mismatches; {} CPU "
-               "references, {} failed (worst {:.2e}); {} faults, {} mishandled; {} plans changed; device memory {:.2f} GB after warm-up, "
+               "references, {} failed (worst {:.2e}); {} faults, {} mishandled; {} plans changed; tune cache {}; device memory {:.2f} GB after warm-up, "
                "{:.2f} GB at most, {:.2f} GB at the end; host RSS {:.2f} -> {:.2f} GB\n",
                all.forwards, all.graph_forwards, ran_s, double(all.tokens) / ran_s, all.checks, all.mismatches,
-               all.references, all.reference_failures, all.worst_reference_error, all.faults, all.faults_mishandled, plans_changed, double(dev_warm) / 1e9,
+               all.references, all.reference_failures, all.worst_reference_error, all.faults, all.faults_mishandled, plans_changed,
+               tune_cache_changed ? "CHANGED" : tune_cache_before.empty() ? "absent, not written" : "unchanged", double(dev_warm) / 1e9,
                double(dev_max_after_warm) / 1e9, double(dev_end) / 1e9, double(host_warm) / 1e9, double(host_end) / 1e9);
     for (const auto* list : {&all.mismatch_cases, &all.reference_cases, &all.fault_cases})
       for (const auto& p : *list) fmt::print("  {}\n", p);
     for (size_t t = 0; t < thread_errors.size(); ++t)
       if (!thread_errors[t].empty()) fmt::print("  thread {} stopped: {}\n", t, thread_errors[t]);
     const bool ok = !thread_failed && all.mismatches == 0 && all.reference_failures == 0 && all.faults_mishandled == 0 &&
-                    plans_changed == 0 && dev_max_after_warm <= dev_warm + kDeviceSlackBytes;
+                    plans_changed == 0 && !tune_cache_changed && dev_max_after_warm <= dev_warm + kDeviceSlackBytes;
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_soak: {}\n", e.what());
