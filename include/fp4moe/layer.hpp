@@ -68,7 +68,10 @@ struct LayerOptions {
 // FP4 expert weights already on the GPU, in the layout a serving engine holds
 // them (ModelOpt NVFP4 as vLLM and SGLang load it, or MXFP4): every pointer is
 // device memory of the layer's device, read only during construction.
-enum class GateUpOrder { gate_up, up_gate };  // which half of w13's 2I rows comes first
+// How w13's 2I rows hold gate and up: gate then up, up then gate, or
+// alternating row by row (gate 0, up 0, gate 1, ...: gpt-oss's checkpoint).
+enum class GateUpOrder { gate_up, up_gate, interleaved };
+enum class BiasType { f32, bf16 };
 enum class ScaleLayout { linear, swizzled_128x4 };
 
 struct DeviceProjection {
@@ -92,6 +95,11 @@ struct DeviceMoeWeights {
   DeviceProjection shared_w13, shared_w2;  // E = 1, N = 2 * shared_intermediate
   const float* correction_bias = nullptr;  // fp32 [E] (MoeConfig::use_correction_bias)
   const uint16_t* router_weight = nullptr; // bf16 bits [E, H], for forward_from_hidden; or null
+  // The experts' biases (MoeConfig::expert_bias: gpt-oss): w13's [experts, 2I]
+  // in w13's row order and w2's [experts, H], of bias_type; read once at construction.
+  const void* w13_bias = nullptr;
+  const void* w2_bias = nullptr;
+  BiasType bias_type = BiasType::f32;
 };
 
 class MoeLayer {

@@ -99,6 +99,7 @@ class MoeLayer:
     @classmethod
     def from_tensors(cls, config: Any, w13: Any, w13_scale: Any, w13_scale_2: Any, w2: Any, w2_scale: Any,
                      w2_scale_2: Any, *, w13_order: str = "gate_up", scale_layout: str = "linear",
+                     w13_bias: Any = None, w2_bias: Any = None,
                      format: Optional[str] = None, router_weight: Any = None, e_score_correction_bias: Any = None,
                      shared_expert: Optional[Sequence[Any]] = None, local_experts: Optional[Tuple[int, int]] = None,
                      max_tokens: int = 1024, finalize: str = "auto", deterministic: bool = False,
@@ -111,6 +112,12 @@ class MoeLayer:
           "swizzled_128x4" with rows padded to 128 and scale columns to 4), w13_scale_2
           fp32 [E] or [E, 2] (one per half, in w13's order; None for MXFP4);
         - w2 uint8 [E, H, I/2], w2_scale [E, H, I/block], w2_scale_2 fp32 [E].
+
+        ``w13_order``: "gate_up", "up_gate" (w13's halves), or "interleaved" (gate and up
+        rows alternating, as gpt-oss's checkpoint holds them). ``w13_bias`` [E, 2I] in
+        w13's row order and ``w2_bias`` [E, H], fp32 or bf16: the models with expert
+        biases (gpt-oss) need them. H and I need not be multiples of 128 (gpt-oss's
+        2880): the prepare pads with zero weights, as from host weights.
 
         ``local_experts=(offset, count)``: the tensors hold only those experts of the
         model's E (expert parallelism inside an engine that dispatches itself); ids
@@ -136,7 +143,7 @@ class MoeLayer:
         native = _native.fn("layer_from_tensors")(
             as_config_json(config), opts, fmt, w13, _bytes_view(w13_scale), w13_scale_2, w2, _bytes_view(w2_scale),
             w2_scale_2, w13_order, scale_layout, int(begin), int(count), s[0], _bytes_view(s[1]), s[2], s[3],
-            _bytes_view(s[4]), s[5], e_score_correction_bias, router_weight)
+            _bytes_view(s[4]), s[5], e_score_correction_bias, router_weight, w13_bias, w2_bias)
         return cls(native)
 
     # ---- forward --------------------------------------------------------------

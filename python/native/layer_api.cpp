@@ -64,13 +64,14 @@ Layer from_tensors(const String& config, const String& options, const String& fo
                    Optional<TensorView> w2_scale_2, const String& w13_order, const String& scale_layout,
                    int64_t expert_begin, int64_t expert_count, Optional<TensorView> s13, Optional<TensorView> s13_scale,
                    Optional<TensorView> s13_scale_2, Optional<TensorView> s2, Optional<TensorView> s2_scale,
-                   Optional<TensorView> s2_scale_2, Optional<TensorView> bias, Optional<TensorView> router_weight) {
+                   Optional<TensorView> s2_scale_2, Optional<TensorView> bias, Optional<TensorView> router_weight,
+                   Optional<TensorView> w13_bias, Optional<TensorView> w2_bias) {
   return guarded([&] {
     const MoeConfig c = config_from_json(config);
     const LayerOptions o = options_from_json(options);
     const Fp4Format f = format_from_string(format);
-    FP4MOE_CHECK(w13_order == "gate_up" || w13_order == "up_gate",
-                 "w13_order '" << std::string(w13_order) << "' is not gate_up or up_gate");
+    FP4MOE_CHECK(w13_order == "gate_up" || w13_order == "up_gate" || w13_order == "interleaved",
+                 "w13_order '" << std::string(w13_order) << "' is not gate_up, up_gate or interleaved");
     FP4MOE_CHECK(scale_layout == "linear" || scale_layout == "swizzled_128x4",
                  "scale_layout '" << std::string(scale_layout) << "' is not linear or swizzled_128x4");
     const bool swizzled = scale_layout == "swizzled_128x4";
@@ -85,7 +86,9 @@ Layer from_tensors(const String& config, const String& options, const String& fo
                                    << c.num_experts << " experts");
     DeviceMoeWeights w;
     w.format = f;
-    w.w13_order = w13_order == "up_gate" ? GateUpOrder::up_gate : GateUpOrder::gate_up;
+    w.w13_order = w13_order == "up_gate"       ? GateUpOrder::up_gate
+                  : w13_order == "interleaved" ? GateUpOrder::interleaved
+                                               : GateUpOrder::gate_up;
     w.scale_layout = swizzled ? ScaleLayout::swizzled_128x4 : ScaleLayout::linear;
     w.expert_begin = expert_begin;
     w.expert_count = count;
@@ -110,6 +113,17 @@ Layer from_tensors(const String& config, const String& options, const String& fo
     if (router_weight) {
       check(*router_weight, {"router_weight", {Dt::bf16}, {c.num_experts, c.hidden}, kDLCUDA, dev});
       w.router_weight = data<uint16_t>(*router_weight);
+    }
+    FP4MOE_CHECK(c.expert_bias == bool(w13_bias) && c.expert_bias == bool(w2_bias),
+                 "the model " << (c.expert_bias ? "has expert biases: w13_bias and w2_bias are required"
+                                                : "has no expert biases: w13_bias and w2_bias must be None"));
+    if (c.expert_bias) {
+      check(*w13_bias, {"w13_bias", {Dt::f32, Dt::bf16}, {count, 2 * c.intermediate}, kDLCUDA, dev});
+      const bool f32 = is((*w13_bias).dtype(), Dt::f32);
+      check(*w2_bias, {"w2_bias", {f32 ? Dt::f32 : Dt::bf16}, {count, c.hidden}, kDLCUDA, dev});
+      w.bias_type = f32 ? BiasType::f32 : BiasType::bf16;
+      w.w13_bias = f32 ? static_cast<const void*>(data<float>(*w13_bias)) : data<uint16_t>(*w13_bias);
+      w.w2_bias = f32 ? static_cast<const void*>(data<float>(*w2_bias)) : data<uint16_t>(*w2_bias);
     }
     return make(std::make_unique<MoeLayer>(c, w, o), o);
   });

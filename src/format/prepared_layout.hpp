@@ -39,13 +39,20 @@ FP4MOE_HD int64_t scale_offset(int64_t k, int64_t row, int64_t col) {
   return (rg * (k / 128) + kc) * kScaleGranuleBytes + (rr % 8) * 16 + step * 2 + rr / 8;
 }
 
-// The row of the checkpoint's [gate; up] (or [up; gate]) matrix of `part_rows`
-// rows each that prepared gated row `row` holds.
-FP4MOE_HD int64_t gated_source_row(int64_t row, int64_t part_rows, bool up_first) {
+// How a checkpoint's w13 holds its gate and up rows: [gate; up], [up; gate],
+// or alternating row by row (gate 0, up 0, gate 1, ...: gpt-oss's checkpoint).
+enum class GateUpRows { gate_then_up, up_then_gate, alternating };
+
+// The row of the checkpoint's w13 (`src_rows` gate and as many up rows) that
+// prepared gated row `row` holds (each half of the prepared rows padded to a
+// multiple of 16), or -1 for a padding row (zero weights).
+FP4MOE_HD int64_t gated_source_row(int64_t row, int64_t src_rows, GateUpRows order) {
   const int64_t block = row / kGateUpInterleaveRows;
   const int64_t part_row = (block / 2) * kGateUpInterleaveRows + row % kGateUpInterleaveRows;
   const bool up = block % 2 == 1;
-  return up != up_first ? part_rows + part_row : part_row;
+  if (part_row >= src_rows) return -1;
+  if (order == GateUpRows::alternating) return 2 * part_row + (up ? 1 : 0);
+  return up != (order == GateUpRows::up_then_gate) ? src_rows + part_row : part_row;
 }
 
 // 128x4 swizzled scales: rows padded to 128, scale columns to 4; each 128x4

@@ -11,23 +11,27 @@
 namespace fp4moe::kernels {
 namespace {
 
+// The checkpoint side of one expert (`a` with n_src, k_src set).
 struct Source {
   const PrepareWeightsArgs& a;
   int64_t e;
 
+  // The checkpoint row of a prepared row, -1 for a padding row.
   __device__ int64_t row(int64_t prepared_row) const {
-    return a.gated ? pack::gated_source_row(prepared_row, a.n / 2, a.up_first) : prepared_row;
+    if (a.gated) return pack::gated_source_row(prepared_row, a.n_src / 2, a.order);
+    return prepared_row < a.n_src ? prepared_row : -1;
   }
   __device__ const uint8_t* codes(int64_t src_row, int64_t col) const {
-    return a.packed + (e * a.n + src_row) * (a.k / 2) + col / 2;
+    return a.packed + (e * a.n_src + src_row) * (a.k_src / 2) + col / 2;
   }
   __device__ uint8_t scale_byte(int64_t src_row, int64_t col) const {
-    const int64_t cols = a.k / a.block, kb = col / a.block;
-    if (!a.swizzled_scales) return a.scales[(e * a.n + src_row) * cols + kb];
-    return a.scales[e * pack::swizzled_bytes(a.n, cols) + pack::swizzled_offset(src_row, kb, cols)];
+    const int64_t cols = a.k_src / a.block, kb = col / a.block;
+    if (!a.swizzled_scales) return a.scales[(e * a.n_src + src_row) * cols + kb];
+    return a.scales[e * pack::swizzled_bytes(a.n_src, cols) + pack::swizzled_offset(src_row, kb, cols)];
   }
-  // The 16 codes of the block at col: a zero scale, or every code +-0.
+  // The 16 codes of the block at col: padding, a zero scale, or every code +-0.
   __device__ bool zero_block(int64_t src_row, int64_t col) const {
+    if (src_row < 0 || col >= a.k_src) return true;
     const uint2 c = *reinterpret_cast<const uint2*>(codes(src_row, col - col % 16));
     return a.prepared_scale[scale_byte(src_row, col)] == -2 || ((c.x | c.y) & 0x77777777u) == 0;
   }
@@ -80,10 +84,19 @@ __global__ void __launch_bounds__(256) prepare_scales_kernel(const PrepareWeight
 
 }  // namespace
 
-void launch_prepare_weights(const PrepareWeightsArgs& a, cudaStream_t stream) {
+void launch_prepare_weights(const PrepareWeightsArgs& args, cudaStream_t stream) {
+  PrepareWeightsArgs a = args;
+  if (!a.n_src) a.n_src = a.n;
+  if (!a.k_src) a.k_src = a.k;
   FP4MOE_CHECK(a.n > 0 && a.n % 16 == 0 && (!a.gated || a.n % 32 == 0),
                "prepare_weights: N = " << a.n << " is not a positive multiple of " << (a.gated ? 32 : 16));
   FP4MOE_CHECK(a.k > 0 && a.k % 128 == 0, "prepare_weights: K = " << a.k << " is not a positive multiple of 128");
+  FP4MOE_CHECK(a.n_src > 0 && a.n_src <= a.n && (!a.gated || a.n_src % 2 == 0),
+               "prepare_weights: the checkpoint's N = " << a.n_src << " is not " << (a.gated ? "an even number " : "")
+                                                        << "in 1.." << a.n);
+  FP4MOE_CHECK(a.k_src > 0 && a.k_src <= a.k && a.k_src % 16 == 0 && a.k_src % a.block == 0,
+               "prepare_weights: the checkpoint's K = " << a.k_src << " is not a multiple of 16 and of the block "
+                                                        << a.block << " in 1.." << a.k);
   FP4MOE_CHECK(a.block == 16 || a.block == 32, "prepare_weights: block = " << a.block << " is not 16 or 32");
   FP4MOE_CHECK(a.experts > 0, "prepare_weights: experts = " << a.experts << " must be positive");
   FP4MOE_CHECK(a.packed && a.scales && a.weights && a.prepared_scales && a.first_bad,

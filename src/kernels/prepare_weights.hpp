@@ -1,12 +1,15 @@
 // The one-time prepare step on the GPU: FP4 experts in the checkpoint layout a
 // serving engine holds on the device (ModelOpt NVFP4 or MXFP4, row-major or
-// 128x4 swizzled scales, gate/up in either order) -> the kernels' prepared
-// layout, byte for byte what the host packer (format/prepare_gemm.cpp) makes.
+// 128x4 swizzled scales, gate/up in either order or alternating) -> the
+// kernels' prepared layout, padded with zero weights where the prepared shape
+// is larger, byte for byte what the host packer (format/prepare_gemm.cpp) makes.
 #pragma once
 #include <array>
 #include <cstdint>
 
 #include <cuda_runtime.h>
+
+#include "format/prepared_layout.hpp"
 
 namespace fp4moe::kernels {
 
@@ -15,9 +18,10 @@ struct PrepareWeightsArgs {
   const uint8_t* scales = nullptr;  // [E, N, K/block] row-major, or per expert 128x4 swizzled
   bool swizzled_scales = false;
   int block = 16;                   // scale block along K: 16 (NVFP4) or 32 (MXFP4)
-  int64_t experts = 0, n = 0, k = 0;
+  int64_t experts = 0, n = 0, k = 0;  // the prepared shape
+  int64_t n_src = 0, k_src = 0;     // the checkpoint's (0: n, k); rows and columns past them are zero weights
   bool gated = false;               // N = 2I rows of gate and up, interleaved by 16 in the output
-  bool up_first = false;            // gated source holds [up; gate] instead of [gate; up]
+  pack::GateUpRows order = pack::GateUpRows::gate_then_up;  // how the gated source holds gate and up
   // Prepared byte of each scale byte: >= 0, -1 outside the kernels' range, -2 a zero scale.
   std::array<int16_t, 256> prepared_scale{};
   uint8_t* weights = nullptr;       // [E, N, K/2] prepared

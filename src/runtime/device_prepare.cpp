@@ -14,7 +14,8 @@
 namespace fp4moe {
 
 PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format format, ScaleLayout layout, int64_t experts,
-                                     int64_t n, int64_t k, bool gated, bool up_first, const char* what) {
+                                     int64_t n, int64_t k, int64_t n_src, int64_t k_src, bool gated,
+                                     pack::GateUpRows order, const char* what) {
   FP4MOE_CHECK(src.weight && src.scale, what << ": weight and scale must be device pointers, got null");
   const int parts = gated ? 2 : 1;
   FP4MOE_CHECK(format == Fp4Format::mxfp4 || src.scale_2, what << ": NVFP4 needs scale_2 (weight_scale_2), got null");
@@ -40,8 +41,10 @@ PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format form
   a.experts = experts;
   a.n = n;
   a.k = k;
+  a.n_src = n_src;
+  a.k_src = k_src;
   a.gated = gated;
-  a.up_first = up_first;
+  a.order = order;
   a.prepared_scale = prepared_scale_table(format);
   a.weights = p.weights.get();
   a.prepared_scales = p.scales.get();
@@ -55,8 +58,8 @@ PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format form
   std::vector<float> dequant(size_t(experts * parts));
   for (int64_t e = 0; e < experts; ++e)
     for (int q = 0; q < parts; ++q) {
-      // the prepared part q is gate (0) or up (1); scale_2's order is w13's rows
-      const int from = src.scale_2_parts == 1 ? 0 : (q == 1) != up_first ? 1 : 0;
+      // the prepared part q is gate (0) or up (1); scale_2's order is w13's halves (alternating rows: gate first)
+      const int from = src.scale_2_parts == 1 ? 0 : (q == 1) != (order == pack::GateUpRows::up_then_gate) ? 1 : 0;
       const float v = scale_2[size_t(e * src.scale_2_parts + from)];
       FP4MOE_CHECK(std::isfinite(v) && v > 0.f,
                    what << ": scale_2 (weight_scale_2) of expert " << e << (src.scale_2_parts == 2 ? " part " : "")
@@ -69,7 +72,7 @@ PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format form
   if (bad != ~0ull) {
     const int64_t blocks = k / 16, e = int64_t(bad) / (n * blocks), row = (int64_t(bad) / blocks) % n;
     const int64_t col = (int64_t(bad) % blocks) * 16;
-    const int64_t src_row = gated ? pack::gated_source_row(row, n / 2, up_first) : row;
+    const int64_t src_row = gated ? pack::gated_source_row(row, n_src / 2, order) : row;
     FP4MOE_CHECK(false, what << ": expert " << e << " row " << src_row << " columns " << col << ".." << col + 15
                              << ": the block scale is outside the kernels' range for " << to_string(format)
                              << " (negative, NaN, below 2^-" << (format == Fp4Format::nvfp4 ? 9 : 20) << " or from 2^"

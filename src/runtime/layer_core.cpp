@@ -4,6 +4,8 @@
 #include "runtime/layer_core.hpp"
 
 #include <algorithm>
+#include <span>
+#include <cmath>
 
 #include "common/cuda_check.hpp"
 #include "format/prepare_gemm.hpp"
@@ -15,12 +17,20 @@
 namespace fp4moe {
 namespace {
 
+// The experts' biases in the prepared row order, when `biased`; the clamped
+// SwiGLU runs in the biased epilogue instance, so GEMM1 then gets zero biases
+// where the experts have none. hidden and width: H' and I', padded.
+void attach_biases(ExpertPair& p, std::span<const std::vector<float>* const> gate_bias,
+                   std::span<const std::vector<float>* const> up_bias, std::span<const std::vector<float>* const> down_bias,
+                   int64_t hidden, int64_t width, bool biased, Activation activation) {
+  if (biased || activation != Activation::swiglu) p.w13.bias.upload(prepared_gated_bias(gate_bias, up_bias, 2 * width));
+  if (biased) p.w2.bias.upload(prepared_bias(down_bias, hidden));
+}
+
 // The experts' GEMM1 and GEMM2 weights prepared at [2 I', H'] and [H', I']
 // (H' and I' padded: hidden and width), with their biases when `biased`.
 ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts, int64_t hidden, int64_t width, bool biased,
                            Activation activation) {
-  // the clamped SwiGLU runs in the biased epilogue instance: zero biases where the experts have none
-  const bool biased_gemm1 = biased || activation != Activation::swiglu;
   std::vector<const Fp4Matrix*> gate, up, down;
   std::vector<const std::vector<float>*> gate_bias, up_bias, down_bias;
   for (size_t i = 0; i < experts.size(); ++i) {
@@ -40,12 +50,45 @@ ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts, int
   }
   ExpertPair p{PreparedProjection(prepare_gated_gemm_weights(gate, up, width, hidden)),
                PreparedProjection(prepare_gemm_weights(down, hidden, width))};
-  if (biased_gemm1) p.w13.bias.upload(prepared_gated_bias(gate_bias, up_bias, 2 * width));
-  if (biased) p.w2.bias.upload(prepared_bias(down_bias, hidden));
+  attach_biases(p, gate_bias, up_bias, down_bias, hidden, width, biased, activation);
   return p;
 }
 
 int64_t granule_of(const LayerOptions& o) { return o.feature_granule ? o.feature_granule : kFeatureGranule; }
+
+// Device biases [experts, rows] of `type`, read back as fp32, one vector per
+// expert (construction reads them once); a NaN or Inf is named.
+std::vector<std::vector<float>> biases_from_device(const void* p, BiasType type, int64_t experts, int64_t rows,
+                                                   const char* what) {
+  const size_t n = size_t(experts * rows);
+  std::vector<float> v(n);
+  if (type == BiasType::f32) {
+    FP4MOE_CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
+  } else {
+    std::vector<uint16_t> b(n);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(b.data(), p, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; ++i) v[i] = bf16_to_float(b[i]);
+  }
+  std::vector<std::vector<float>> out(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) {
+    out[size_t(e)].assign(v.begin() + e * rows, v.begin() + (e + 1) * rows);
+    for (int64_t r = 0; r < rows; ++r)
+      FP4MOE_CHECK(std::isfinite(out[size_t(e)][size_t(r)]),
+                   "MoeLayer: " << what << " of expert " << e << " row " << r << " is " << out[size_t(e)][size_t(r)]);
+  }
+  return out;
+}
+
+// w13's biases of one expert (2I, in w13's row order) split into gate and up.
+void split_gate_up(const std::vector<float>& w13, GateUpOrder order, std::vector<float>& gate, std::vector<float>& up) {
+  const size_t I = w13.size() / 2;
+  gate.resize(I), up.resize(I);
+  for (size_t j = 0; j < I; ++j) {
+    if (order == GateUpOrder::interleaved) gate[j] = w13[2 * j], up[j] = w13[2 * j + 1];
+    else if (order == GateUpOrder::up_gate) up[j] = w13[j], gate[j] = w13[I + j];
+    else gate[j] = w13[j], up[j] = w13[I + j];
+  }
+}
 
 }  // namespace
 
@@ -202,12 +245,6 @@ LayerCore::LayerCore(const MoeConfig& cfg, const MoeWeights& w, const LayerOptio
 LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const LayerOptions& opts) {
   init_device(cfg, opts);
   const int64_t E = cfg.num_experts, H = cfg.hidden, I = cfg.intermediate;
-  FP4MOE_CHECK(!cfg.expert_bias && hidden_padded_ == H && intermediate_padded_ == I,
-               "MoeLayer from device weights: model '" << cfg.name << "' has "
-                   << (cfg.expert_bias ? "expert biases, which DeviceMoeWeights does not hold"
-                                       : "H or I not a multiple of " + std::to_string(granule_of(opts_)) +
-                                             ", which the device prepare does not pad")
-                   << "; build it from host weights (MoeWeights)");
   const int64_t count = w.expert_count < 0 ? E : w.expert_count;
   FP4MOE_CHECK(w.expert_begin >= 0 && count >= 1 && w.expert_begin + count <= E,
                "MoeLayer: local experts [" << w.expert_begin << ", " << w.expert_begin + count
@@ -215,17 +252,48 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
   FP4MOE_CHECK(w.has_shared == cfg.shared_expert, "MoeLayer: the model " << (cfg.shared_expert ? "has" : "has no")
                                                                           << " shared expert, the weights "
                                                                           << (w.has_shared ? "have one" : "have none"));
+  FP4MOE_CHECK(cfg.expert_bias == (w.w13_bias != nullptr) && cfg.expert_bias == (w.w2_bias != nullptr),
+               "MoeLayer: the model '" << cfg.name << "' " << (cfg.expert_bias ? "has" : "has no")
+                                       << " expert biases; DeviceMoeWeights::w13_bias and w2_bias are "
+                                       << (w.w13_bias ? "given" : "null") << " and " << (w.w2_bias ? "given" : "null"));
+  FP4MOE_CHECK(!(cfg.expert_bias && cfg.shared_expert),
+               "MoeLayer: expert biases with a shared expert are not supported from device weights");
   expert_begin_ = w.expert_begin;
-  const bool up_first = w.w13_order == GateUpOrder::up_gate;
+  const pack::GateUpRows order = w.w13_order == GateUpOrder::interleaved ? pack::GateUpRows::alternating
+                                 : w.w13_order == GateUpOrder::up_gate   ? pack::GateUpRows::up_then_gate
+                                                                         : pack::GateUpRows::gate_then_up;
+  // each [N, K] prepared at the padded sizes (H', I'), the tensors read at the model's own
   auto pair = [&](const DeviceProjection& w13, const DeviceProjection& w2, int64_t experts, int64_t width,
-                  const char* n13, const char* n2) {
+                  int64_t width_padded, const char* n13, const char* n2) {
     auto p = std::make_unique<ExpertPair>();
-    p->w13 = prepare_on_device(w13, w.format, w.scale_layout, experts, 2 * width, H, true, up_first, n13);
-    p->w2 = prepare_on_device(w2, w.format, w.scale_layout, experts, H, width, false, false, n2);
+    p->w13 = prepare_on_device(w13, w.format, w.scale_layout, experts, 2 * width_padded, hidden_padded_, 2 * width, H,
+                               true, order, n13);
+    p->w2 = prepare_on_device(w2, w.format, w.scale_layout, experts, hidden_padded_, width_padded, H, width, false,
+                              pack::GateUpRows::gate_then_up, n2);
     return p;
   };
-  routed_ = pair(w.w13, w.w2, count, I, "w13", "w2");
-  if (cfg.shared_expert) shared_ = pair(w.shared_w13, w.shared_w2, 1, cfg.shared_intermediate, "shared w13", "shared w2");
+  routed_ = pair(w.w13, w.w2, count, I, intermediate_padded_, "w13", "w2");
+  const size_t held = static_cast<size_t>(count);
+  std::vector<std::vector<float>> gate_bias(held), up_bias(held), down_bias(held);
+  if (cfg.expert_bias) {
+    const auto w13_bias = biases_from_device(w.w13_bias, w.bias_type, count, 2 * I, "w13_bias");
+    for (int64_t e = 0; e < count; ++e) split_gate_up(w13_bias[size_t(e)], w.w13_order, gate_bias[size_t(e)], up_bias[size_t(e)]);
+    down_bias = biases_from_device(w.w2_bias, w.bias_type, count, H, "w2_bias");
+  }
+  auto pointers = [](const std::vector<std::vector<float>>& v) {
+    std::vector<const std::vector<float>*> p;
+    for (const auto& x : v) p.push_back(&x);
+    return p;
+  };
+  attach_biases(*routed_, pointers(gate_bias), pointers(up_bias), pointers(down_bias), hidden_padded_,
+                intermediate_padded_, cfg.expert_bias, cfg.activation);
+  if (cfg.shared_expert) {
+    shared_ = pair(w.shared_w13, w.shared_w2, 1, cfg.shared_intermediate, cfg.shared_intermediate, "shared w13",
+                   "shared w2");
+    const std::vector<std::vector<float>> none(1);
+    attach_biases(*shared_, pointers(none), pointers(none), pointers(none), hidden_padded_, cfg.shared_intermediate,
+                  false, cfg.activation);
+  }
   if (cfg.use_correction_bias) {
     FP4MOE_CHECK(w.correction_bias, "MoeLayer: the model uses e_score_correction_bias; none was given");
     correction_bias_.resize(size_t(E));

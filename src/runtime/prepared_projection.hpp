@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "format/prepare_gemm.hpp"
+#include "format/prepared_layout.hpp"
 #include "fp4moe/layer.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/gemm_step.hpp"
@@ -48,9 +49,11 @@ struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of
   PreparedProjection w13, w2;
 };
 
-// Prepares one projection of `experts` experts [N, K] from device tensors on
-// the device (kernels/prepare_weights.cu). `what` names it in errors.
+// Prepares one projection of `experts` experts from device tensors [n_src,
+// k_src] on the device (kernels/prepare_weights.cu) into the prepared [n, k],
+// padded with zero weights. `what` names it in errors.
 PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format format, ScaleLayout layout, int64_t experts,
-                                     int64_t n, int64_t k, bool gated, bool up_first, const char* what);
+                                     int64_t n, int64_t k, int64_t n_src, int64_t k_src, bool gated,
+                                     pack::GateUpRows order, const char* what);
 
 }  // namespace fp4moe

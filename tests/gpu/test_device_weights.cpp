@@ -25,14 +25,15 @@ struct DeviceTensors {
   DeviceProjection view() const { return {weight.get(), scale.get(), scale_2.size() ? scale_2.get() : nullptr, parts}; }
 };
 
-// experts[e] is a list of row blocks stacked along N (w13: {gate, up} or {up, gate}).
-DeviceTensors upload(const std::vector<std::vector<const Fp4Matrix*>>& experts, ScaleLayout layout) {
+// experts[e] is a list of row blocks stacked along N (w13: {gate, up} or {up, gate}),
+// or with `interleave` 1 alternating row by row (gate 0, up 0, ...).
+DeviceTensors upload(const std::vector<std::vector<const Fp4Matrix*>>& experts, ScaleLayout layout, int64_t interleave = 0) {
   std::vector<uint8_t> w, s;
   std::vector<float> s2;
   DeviceTensors d;
   d.parts = int(experts[0].size());
   for (const auto& parts : experts) {
-    const Fp4Matrix stacked = stack_rows(parts);
+    const Fp4Matrix stacked = stack_rows(parts, interleave);
     w.insert(w.end(), stacked.packed.begin(), stacked.packed.end());
     const std::vector<uint8_t> sc = layout == ScaleLayout::linear
                                         ? stacked.scales
@@ -66,26 +67,40 @@ void expect_same(const PreparedProjection& got, const PreparedExpertWeights& wan
   ASSERT_EQ(0, std::memcmp(ds.data(), want.dequant_scale.data(), ds.size() * 4)) << what << ": global scales differ";
 }
 
+// Every source order and scale layout, at aligned shapes and at gpt-oss-like
+// ones (H 160, I 96: prepared padded to 256 with zero weights, as the host pads).
 TEST(GpuDeviceWeights, PrepareOnTheGpuEqualsTheHostPrepare) {
   FP4MOE_REQUIRE_GPU();
-  const int64_t E = 3, I = 128, H = 256;
-  for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4})
-    for (ScaleLayout layout : {ScaleLayout::linear, ScaleLayout::swizzled_128x4}) {
-      const std::string what = std::string(to_string(f)) + (layout == ScaleLayout::linear ? " linear" : " swizzled");
-      const std::vector<Fp4Matrix> gate = matrices(f, E, I, H, 1), up = matrices(f, E, I, H, 2), down = matrices(f, E, H, I, 3);
-      const PreparedExpertWeights host13 = prepare_gated_gemm_weights(gate, up), host2 = prepare_gemm_weights(down);
-      for (bool up_first : {false, true}) {
-        std::vector<std::vector<const Fp4Matrix*>> w13, w2;
-        for (int64_t e = 0; e < E; ++e) {
-          w13.push_back(up_first ? std::vector<const Fp4Matrix*>{&up[e], &gate[e]} : std::vector<const Fp4Matrix*>{&gate[e], &up[e]});
-          w2.push_back({&down[e]});
+  const int64_t E = 3;
+  struct Shape {
+    int64_t I, H, Ip, Hp;
+  };
+  for (const Shape s : {Shape{128, 256, 128, 256}, Shape{96, 160, 256, 256}})
+    for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4})
+      for (ScaleLayout layout : {ScaleLayout::linear, ScaleLayout::swizzled_128x4}) {
+        const std::string what = std::string(to_string(f)) + (layout == ScaleLayout::linear ? " linear" : " swizzled") +
+                                 " I " + std::to_string(s.I) + " H " + std::to_string(s.H);
+        const std::vector<Fp4Matrix> gate = matrices(f, E, s.I, s.H, 1), up = matrices(f, E, s.I, s.H, 2),
+                                     down = matrices(f, E, s.H, s.I, 3);
+        const PreparedExpertWeights host13 = prepare_gated_gemm_weights(gate, up, s.Ip, s.Hp),
+                                    host2 = prepare_gemm_weights(down, s.Hp, s.Ip);
+        for (const pack::GateUpRows order :
+             {pack::GateUpRows::gate_then_up, pack::GateUpRows::up_then_gate, pack::GateUpRows::alternating}) {
+          std::vector<std::vector<const Fp4Matrix*>> w13, w2;
+          for (int64_t e = 0; e < E; ++e) {
+            w13.push_back(order == pack::GateUpRows::up_then_gate ? std::vector<const Fp4Matrix*>{&up[e], &gate[e]}
+                                                                  : std::vector<const Fp4Matrix*>{&gate[e], &up[e]});
+            w2.push_back({&down[e]});
+          }
+          const DeviceTensors d13 = upload(w13, layout, order == pack::GateUpRows::alternating ? 1 : 0),
+                              d2 = upload(w2, layout);
+          expect_same(prepare_on_device(d13.view(), f, layout, E, 2 * s.Ip, s.Hp, 2 * s.I, s.H, true, order, "w13"),
+                      host13, what + " w13 order " + std::to_string(int(order)));
+          expect_same(prepare_on_device(d2.view(), f, layout, E, s.Hp, s.Ip, s.H, s.I, false,
+                                        pack::GateUpRows::gate_then_up, "w2"),
+                      host2, what + " w2");
         }
-        const DeviceTensors d13 = upload(w13, layout), d2 = upload(w2, layout);
-        expect_same(prepare_on_device(d13.view(), f, layout, E, 2 * I, H, true, up_first, "w13"), host13,
-                    what + (up_first ? " w13 up_gate" : " w13 gate_up"));
-        expect_same(prepare_on_device(d2.view(), f, layout, E, H, I, false, false, "w2"), host2, what + " w2");
       }
-    }
 }
 
 TEST(GpuDeviceWeights, AnOutOfRangeScaleIsNamed) {
@@ -94,7 +109,8 @@ TEST(GpuDeviceWeights, AnOutOfRangeScaleIsNamed) {
   m[1].scales[size_t(5 * m[1].scale_cols() + 3)] = 0xB8;  // -1.0: a negative block scale
   const DeviceTensors d = upload({{&m[0]}, {&m[1]}}, ScaleLayout::linear);
   try {
-    prepare_on_device(d.view(), Fp4Format::nvfp4, ScaleLayout::linear, 2, 32, 128, false, false, "w2");
+    prepare_on_device(d.view(), Fp4Format::nvfp4, ScaleLayout::linear, 2, 32, 128, 32, 128, false,
+                      pack::GateUpRows::gate_then_up, "w2");
     FAIL() << "a negative block scale was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("w2: expert 1 row 5 columns 48..63"), std::string::npos) << e.what();
@@ -174,6 +190,84 @@ TEST(GpuDeviceWeights, LayerFromDeviceTensorsEqualsTheHostLayerAndRoutedEqualsRo
     EXPECT_EQ(a, b) << name << ": the layer from device tensors differs from the host-built one";
     const Routing r = route_reference(l.cfg, logits.data(), T, l.w.correction_bias);
     EXPECT_EQ(forward(dev, x, nullptr, &r, T), a) << name << ": forward_routed with the router's choice differs";
+  }
+}
+
+// gpt-oss as an engine holds it: MXFP4 w13 with gate and up rows alternating
+// (the checkpoint's order) and the biases on the device, fp32 or bf16, at its
+// small shape and at an unaligned one (H 288, I 160: prepared padded): the
+// layer equals the one built from host weights bitwise (for bf16 biases the
+// host weights hold the same rounded values).
+TEST(GpuDeviceWeights, GptOssWithBiasesAndAlternatingRowsEqualsTheHostLayer) {
+  FP4MOE_REQUIRE_GPU();
+  MoeConfig unaligned = preset("gpt-oss-small");
+  unaligned.name = "gpt-oss-small-unaligned";
+  unaligned.hidden = 288;
+  unaligned.intermediate = 160;
+  for (const MoeConfig& cfg : {preset("gpt-oss-small"), unaligned})
+    for (const BiasType type : {BiasType::f32, BiasType::bf16}) {
+      const std::string what = cfg.name + (type == BiasType::f32 ? " fp32 biases" : " bf16 biases");
+      MoeWeights w = random_moe_weights(cfg, Fp4Format::mxfp4, 31);
+      std::vector<std::vector<const Fp4Matrix*>> w13, w2;
+      std::vector<float> b13, b2;
+      for (ExpertWeights& e : w.experts) {
+        for (std::vector<float>* b : {&e.gate_bias, &e.up_bias, &e.down_bias}) {
+          ASSERT_FALSE(b->empty()) << what << ": the random gpt-oss experts have no biases";
+          if (type == BiasType::bf16)
+            for (float& v : *b) v = bf16_to_float(bf16_from_float(v));
+        }
+        w13.push_back({&e.gate, &e.up});
+        w2.push_back({&e.down});
+        for (size_t j = 0; j < e.gate_bias.size(); ++j) b13.push_back(e.gate_bias[j]), b13.push_back(e.up_bias[j]);
+        b2.insert(b2.end(), e.down_bias.begin(), e.down_bias.end());
+      }
+      const DeviceTensors d13 = upload(w13, ScaleLayout::linear, 1), d2 = upload(w2, ScaleLayout::linear);
+      std::vector<uint16_t> h13(b13.size()), h2(b2.size());
+      for (size_t i = 0; i < b13.size(); ++i) h13[i] = bf16_from_float(b13[i]);
+      for (size_t i = 0; i < b2.size(); ++i) h2[i] = bf16_from_float(b2[i]);
+      const DeviceBuffer<float> f13(b13), f2(b2);
+      const DeviceBuffer<uint16_t> g13(h13), g2(h2);
+      DeviceMoeWeights d;
+      d.format = Fp4Format::mxfp4;
+      d.w13 = d13.view();
+      d.w2 = d2.view();
+      d.w13_order = GateUpOrder::interleaved;
+      d.bias_type = type;
+      d.w13_bias = type == BiasType::f32 ? static_cast<const void*>(f13.get()) : g13.get();
+      d.w2_bias = type == BiasType::f32 ? static_cast<const void*>(f2.get()) : g2.get();
+      LayerOptions o;
+      o.max_tokens = 64;
+      o.finalize = FinalizeMode::split;
+      MoeLayer host(cfg, w, o), dev(cfg, d, o);
+      EXPECT_EQ(dev.weight_bytes(), host.weight_bytes()) << what;
+      for (const int64_t T : {1, 37}) {
+        const test::Bf16Matrix x = test::random_bf16(T * cfg.hidden, 8, 3.f);
+        const std::vector<float> logits = gaussian_logits(T, cfg.num_experts, 9);
+        EXPECT_EQ(forward(dev, x, &logits, nullptr, T), forward(host, x, &logits, nullptr, T))
+            << what << " T=" << T << ": the layer from device tensors differs from the host-built one";
+      }
+    }
+}
+
+// The biases a model has must come with the tensors, and only those.
+TEST(GpuDeviceWeights, BiasesAreRequiredExactlyWhenTheModelHasThem) {
+  FP4MOE_REQUIRE_GPU();
+  const MoeConfig cfg = preset("gpt-oss-small");
+  const MoeWeights w = random_moe_weights(cfg, Fp4Format::mxfp4, 5);
+  std::vector<std::vector<const Fp4Matrix*>> w13, w2;
+  for (const ExpertWeights& e : w.experts) w13.push_back({&e.gate, &e.up}), w2.push_back({&e.down});
+  const DeviceTensors d13 = upload(w13, ScaleLayout::linear), d2 = upload(w2, ScaleLayout::linear);
+  DeviceMoeWeights d;
+  d.format = Fp4Format::mxfp4;
+  d.w13 = d13.view();
+  d.w2 = d2.view();
+  try {
+    MoeLayer layer(cfg, d);
+    FAIL() << "gpt-oss without its biases was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has expert biases; DeviceMoeWeights::w13_bias and w2_bias are null and null"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -79,6 +79,44 @@ def test_layer_from_checkpoint_matches_transformers(case, tokens):
     assert "padded" in layer.describe(tokens)
 
 
+def test_from_engine_tensors_matches_transformers(case):
+    """The checkpoint's tensors as an engine holds them on the GPU (MXFP4 codes,
+    e8m0 scales, gate and up rows interleaved, bf16 biases, H and I unpadded)
+    through MoeLayer.from_tensors: the same expert choice as the block, its
+    output within 3e-3."""
+    from safetensors.torch import load_file
+
+    name, s, path, block = case
+    t = load_file(os.path.join(path, "model.safetensors"), device="cuda")
+    pre = "model.layers.0.mlp.experts."
+    E, H, I = s["experts"], s["hidden"], s["intermediate"]
+
+    def codes(proj, rows, k):
+        return t[pre + proj + "_blocks"].reshape(E, rows, k // 2).contiguous()
+
+    def scales(proj):
+        return t[pre + proj + "_scales"].contiguous().view(torch.float8_e8m0fnu)
+
+    layer = fp4moe.MoeLayer.from_tensors(
+        fp4moe.config_from_hf(path), codes("gate_up_proj", 2 * I, H), scales("gate_up_proj"), None,
+        codes("down_proj", H, I), scales("down_proj"), None, format="mxfp4", w13_order="interleaved",
+        w13_bias=t[pre + "gate_up_proj_bias"].contiguous(), w2_bias=t[pre + "down_proj_bias"].contiguous(),
+        max_tokens=64)
+    x = (3.0 * torch.randn(64, H, device="cuda", generator=torch.Generator("cuda").manual_seed(7))).to(torch.bfloat16)
+    ref, indices, logits = reference(block, x)
+    out = layer(x, logits.float().contiguous())
+    ids, _ = layer.topk(64)
+    layer.check_status()
+    assert torch.equal(ids.long().cpu(), indices.long().cpu()), f"{name}: expert choice differs"
+    err = rel(out, ref)
+    print(f"{name}: MoeLayer.from_tensors (engine tensors, biases) vs transformers GptOssMLP rel err {err:.3e}")
+    assert err < 3e-3
+    with pytest.raises(Exception, match="w13_bias and w2_bias are required"):
+        fp4moe.MoeLayer.from_tensors(fp4moe.config_from_hf(path), codes("gate_up_proj", 2 * I, H), scales("gate_up_proj"),
+                                     None, codes("down_proj", H, I), scales("down_proj"), None, format="mxfp4",
+                                     w13_order="interleaved", max_tokens=64)
+
+
 def test_behind_the_transformers_block(case):
     name, s, path, block = case
     x = (3.0 * torch.randn(96, s["hidden"], device="cuda", generator=torch.Generator("cuda").manual_seed(5))).to(torch.bfloat16)
