@@ -95,6 +95,7 @@ struct DeviceMoeWeights {
   DeviceProjection shared_w13, shared_w2;  // E = 1, N = 2 * shared_intermediate
   const float* correction_bias = nullptr;  // fp32 [E] (MoeConfig::use_correction_bias)
   const uint16_t* router_weight = nullptr; // bf16 bits [E, H], for forward_from_hidden; or null
+  const float* router_bias = nullptr;      // fp32 [E], added to the router's logits (gpt-oss); with router_weight
   // The experts' biases (MoeConfig::expert_bias: gpt-oss): w13's [experts, 2I]
   // in w13's row order and w2's [experts, H], of bias_type; read once at construction.
   const void* w13_bias = nullptr;

@@ -4,6 +4,7 @@ checkpoint or from FP4 tensors a serving engine already holds on the device."""
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Optional, Sequence, Tuple
 
 from . import _native
@@ -99,7 +100,7 @@ class MoeLayer:
     @classmethod
     def from_tensors(cls, config: Any, w13: Any, w13_scale: Any, w13_scale_2: Any, w2: Any, w2_scale: Any,
                      w2_scale_2: Any, *, w13_order: str = "gate_up", scale_layout: str = "linear",
-                     w13_bias: Any = None, w2_bias: Any = None,
+                     w13_bias: Any = None, w2_bias: Any = None, router_bias: Any = None,
                      format: Optional[str] = None, router_weight: Any = None, e_score_correction_bias: Any = None,
                      shared_expert: Optional[Sequence[Any]] = None, local_experts: Optional[Tuple[int, int]] = None,
                      max_tokens: int = 1024, finalize: str = "auto", deterministic: bool = False,
@@ -116,7 +117,8 @@ class MoeLayer:
         ``w13_order``: "gate_up", "up_gate" (w13's halves), or "interleaved" (gate and up
         rows alternating, as gpt-oss's checkpoint holds them). ``w13_bias`` [E, 2I] in
         w13's row order and ``w2_bias`` [E, H], fp32 or bf16: the models with expert
-        biases (gpt-oss) need them. H and I need not be multiples of 128 (gpt-oss's
+        biases (gpt-oss) need them; ``router_bias`` fp32 [E] goes with ``router_weight``
+        (gpt-oss's router). H and I need not be multiples of 128 (gpt-oss's
         2880): the prepare pads with zero weights, as from host weights.
 
         ``local_experts=(offset, count)``: the tensors hold only those experts of the
@@ -143,7 +145,7 @@ class MoeLayer:
         native = _native.fn("layer_from_tensors")(
             as_config_json(config), opts, fmt, w13, _bytes_view(w13_scale), w13_scale_2, w2, _bytes_view(w2_scale),
             w2_scale_2, w13_order, scale_layout, int(begin), int(count), s[0], _bytes_view(s[1]), s[2], s[3],
-            _bytes_view(s[4]), s[5], e_score_correction_bias, router_weight, w13_bias, w2_bias)
+            _bytes_view(s[4]), s[5], e_score_correction_bias, router_weight, w13_bias, w2_bias, router_bias)
         return cls(native)
 
     # ---- forward --------------------------------------------------------------
@@ -190,8 +192,14 @@ class MoeLayer:
         return ids_out, weights_out
 
     def check_status(self, stream: Optional[int] = None) -> None:
-        """Synchronises the stream; raises naming a NaN/Inf router logit or an expert id out of range."""
-        _native.fn("layer_check_status")(self._native, -1 if stream is None else int(stream))
+        """Reads and clears the status on ``stream`` (default: torch's current stream on the layer's
+        device where torch is loaded, as the forwards use; else tvm-ffi's), synchronising that stream;
+        raises naming a NaN/Inf router logit, an expert id out of range, or the first token whose
+        output is NaN or Inf."""
+        if stream is None:
+            torch = sys.modules.get("torch")
+            stream = torch.cuda.current_stream(self._info["device"]).cuda_stream if torch is not None else -1
+        _native.fn("layer_check_status")(self._native, int(stream))
 
     # ---- what it is -------------------------------------------------------------
     def describe(self, tokens: int) -> str:

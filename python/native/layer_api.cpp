@@ -65,7 +65,7 @@ Layer from_tensors(const String& config, const String& options, const String& fo
                    int64_t expert_begin, int64_t expert_count, Optional<TensorView> s13, Optional<TensorView> s13_scale,
                    Optional<TensorView> s13_scale_2, Optional<TensorView> s2, Optional<TensorView> s2_scale,
                    Optional<TensorView> s2_scale_2, Optional<TensorView> bias, Optional<TensorView> router_weight,
-                   Optional<TensorView> w13_bias, Optional<TensorView> w2_bias) {
+                   Optional<TensorView> w13_bias, Optional<TensorView> w2_bias, Optional<TensorView> router_bias) {
   return guarded([&] {
     const MoeConfig c = config_from_json(config);
     const LayerOptions o = options_from_json(options);
@@ -113,6 +113,11 @@ Layer from_tensors(const String& config, const String& options, const String& fo
     if (router_weight) {
       check(*router_weight, {"router_weight", {Dt::bf16}, {c.num_experts, c.hidden}, kDLCUDA, dev});
       w.router_weight = data<uint16_t>(*router_weight);
+    }
+    if (router_bias) {
+      FP4MOE_CHECK(router_weight, "router_bias: given without router_weight");
+      check(*router_bias, {"router_bias", {Dt::f32}, {c.num_experts}, kDLCUDA, dev});
+      w.router_bias = data<float>(*router_bias);
     }
     FP4MOE_CHECK(c.expert_bias == bool(w13_bias) && c.expert_bias == bool(w2_bias),
                  "the model " << (c.expert_bias ? "has expert biases: w13_bias and w2_bias are required"

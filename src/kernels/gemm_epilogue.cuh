@@ -75,8 +75,10 @@ __device__ __forceinline__ void store_16_bytes(__nv_bfloat16* dst, const uint32_
 template <EpilogueInstance Epi>
 __device__ __forceinline__ float swiglu(const KernelParams& p, float g, const float* er, int u) {
   if (Epi == EpilogueInstance::biased && p.clamped_swiglu) {
-    g = fminf(g, p.swiglu_limit);
-    const float up = fminf(fmaxf(er[u], -p.swiglu_limit), p.swiglu_limit);
+    // std::min and std::clamp's comparisons (the reference's): a NaN stays NaN, where fminf would drop it
+    const float limit = p.swiglu_limit, v = er[u];
+    g = limit < g ? limit : g;
+    const float up = v < -limit ? -limit : limit < v ? limit : v;
     return g / (1.f + __expf(-p.swiglu_alpha * g)) * (up + 1.f);
   }
   return g / (1.f + __expf(-g)) * er[u];

@@ -299,7 +299,13 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
     correction_bias_.resize(size_t(E));
     FP4MOE_CUDA_CHECK(cudaMemcpy(correction_bias_.get(), w.correction_bias, size_t(E) * sizeof(float), cudaMemcpyDeviceToDevice));
   }
+  FP4MOE_CHECK(!w.router_bias || w.router_weight, "MoeLayer: DeviceMoeWeights::router_bias is given without router_weight");
   if (w.router_weight) init_router(w.router_weight, true);
+  if (w.router_bias) {
+    router_bias_.resize(size_t(E));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(router_bias_.get(), w.router_bias, size_t(E) * sizeof(float), cudaMemcpyDeviceToDevice));
+    ones_.upload(std::vector<float>(size_t(opts_.max_tokens), 1.f));
+  }
   init_activations();
   init_workspace();
 }

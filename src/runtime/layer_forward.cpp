@@ -40,7 +40,9 @@ void LayerCore::finalize(const ForwardPlan& plan, const float* weights, bool wit
                          float* sums, cudaStream_t stream) {
   kernels::FinalizeArgs f = plan.finalize;
   f.topk_weights = weights;
-  if (!with_shared) f.shared_out = nullptr;
+  // (expert parallel, the routed part alone: its rows are gathered tokens, not the
+  // caller's, so a row that is not finite is not reported by its index here)
+  if (!with_shared) f.shared_out = nullptr, f.status = nullptr;
   f.out = sums ? nullptr : out;
   f.out_f32 = sums;
   kernels::launch_finalize(f, stream);

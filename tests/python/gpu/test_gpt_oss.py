@@ -111,6 +111,18 @@ def test_from_engine_tensors_matches_transformers(case):
     err = rel(out, ref)
     print(f"{name}: MoeLayer.from_tensors (engine tensors, biases) vs transformers GptOssMLP rel err {err:.3e}")
     assert err < 3e-3
+    # with the router's weight and bias: the layer computes the logits itself
+    routed = fp4moe.MoeLayer.from_tensors(
+        fp4moe.config_from_hf(path), codes("gate_up_proj", 2 * I, H), scales("gate_up_proj"), None,
+        codes("down_proj", H, I), scales("down_proj"), None, format="mxfp4", w13_order="interleaved",
+        w13_bias=t[pre + "gate_up_proj_bias"].contiguous(), w2_bias=t[pre + "down_proj_bias"].contiguous(),
+        router_weight=t["model.layers.0.mlp.router.weight"].contiguous(),
+        router_bias=t["model.layers.0.mlp.router.bias"].float().contiguous(), max_tokens=64)
+    out2 = routed(x)
+    ids2, _ = routed.topk(64)
+    routed.check_status()
+    assert torch.equal(ids2.long().cpu(), indices.long().cpu()), f"{name}: expert choice from the router differs"
+    assert rel(out2, ref) < 3e-3
     with pytest.raises(Exception, match="w13_bias and w2_bias are required"):
         fp4moe.MoeLayer.from_tensors(fp4moe.config_from_hf(path), codes("gate_up_proj", 2 * I, H), scales("gate_up_proj"),
                                      None, codes("down_proj", H, I), scales("down_proj"), None, format="mxfp4",
