@@ -94,10 +94,10 @@ void launch_prepare_weights(const PrepareWeightsArgs& args, cudaStream_t stream)
   FP4MOE_CHECK(a.n_src > 0 && a.n_src <= a.n && (!a.gated || a.n_src % 2 == 0),
                "prepare_weights: the checkpoint's N = " << a.n_src << " is not " << (a.gated ? "an even number " : "")
                                                         << "in 1.." << a.n);
+  FP4MOE_CHECK(a.block == 16 || a.block == 32, "prepare_weights: block = " << a.block << " is not 16 or 32");
   FP4MOE_CHECK(a.k_src > 0 && a.k_src <= a.k && a.k_src % 16 == 0 && a.k_src % a.block == 0,
                "prepare_weights: the checkpoint's K = " << a.k_src << " is not a multiple of 16 and of the block "
                                                         << a.block << " in 1.." << a.k);
-  FP4MOE_CHECK(a.block == 16 || a.block == 32, "prepare_weights: block = " << a.block << " is not 16 or 32");
   FP4MOE_CHECK(a.experts > 0, "prepare_weights: experts = " << a.experts << " must be positive");
   FP4MOE_CHECK(a.packed && a.scales && a.weights && a.prepared_scales && a.first_bad,
                "prepare_weights: a device pointer is null");
