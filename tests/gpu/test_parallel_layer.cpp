@@ -1,7 +1,8 @@
 // The parallel layer on the GPUs this machine has. With one rank (NCCL runs a
 // one-rank communicator) each mode equals the single-GPU layer bitwise with
 // split finalize, at token counts below and at max_tokens; with several local
-// GPUs, every rank's output against the single-GPU layer (1e-3).
+// GPUs, every rank's output against the single-GPU layer (1e-3). gpt-oss with its
+// biases too (TP adds the down bias once).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -45,8 +46,7 @@ MoeConfig config() {
 }
 
 // Each parallel mode at one rank against the single-GPU layer with the same options.
-void expect_one_rank_equals_single_gpu(Fp4Format format, ActivationFormat activations) {
-  const MoeConfig c = config();
+void expect_one_rank_equals_single_gpu(Fp4Format format, ActivationFormat activations, const MoeConfig& c = config()) {
   const MoeWeights w = random_moe_weights(c, format, 5);
   std::vector<ncclComm_t> comms = make_local_nccl_comms({0});
   LayerOptions o;
@@ -82,14 +82,18 @@ TEST(GpuParallelLayer, OneRankWithFp8ActivationsEqualsTheSingleGpuLayerBitwise) 
   expect_one_rank_equals_single_gpu(Fp4Format::mxfp4, ActivationFormat::fp8);
 }
 
-TEST(GpuParallelLayer, EveryLocalGpuAsARankAgainstTheSingleGpuLayer) {
+// gpt-oss (MXFP4, expert biases, the clamped SwiGLU): the biases follow their
+// experts (EP) and rows, the down bias added once (TP, src/parallel/partition.cpp).
+TEST(GpuParallelLayer, OneRankGptOssWithBiasesEqualsTheSingleGpuLayerBitwise) {
   FP4MOE_REQUIRE_GPU();
-  int n = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDeviceCount(&n));
-  if (n < 2) GTEST_SKIP() << "one GPU here: the several-rank run needs 2 or more (scripts/gpu-run.sh parallel)";
-  const int G = n >= 8 ? 8 : n >= 4 ? 4 : 2;
-  const MoeConfig c = config();
-  const MoeWeights w = random_moe_weights(c, Fp4Format::nvfp4, 6);
+  expect_one_rank_equals_single_gpu(Fp4Format::mxfp4, ActivationFormat::bf16, preset("gpt-oss-small"));
+  if (test::first_device_has_wgmma())
+    expect_one_rank_equals_single_gpu(Fp4Format::mxfp4, ActivationFormat::fp8, preset("gpt-oss-small"));
+}
+
+// Every local GPU a rank of each mode, against the single-GPU layer on that GPU (1e-3).
+void expect_every_local_gpu_as_a_rank(const MoeConfig& c, Fp4Format format, int G) {
+  const MoeWeights w = random_moe_weights(c, format, 6);
   std::vector<int> devs(static_cast<size_t>(G));
   for (int i = 0; i < G; ++i) devs[size_t(i)] = i;
   std::vector<ncclComm_t> comms = make_local_nccl_comms(devs);
@@ -127,6 +131,19 @@ TEST(GpuParallelLayer, EveryLocalGpuAsARankAgainstTheSingleGpuLayer) {
     }
   }
   for (ncclComm_t comm : comms) destroy_nccl_comm(comm);
+}
+
+TEST(GpuParallelLayer, EveryLocalGpuAsARankAgainstTheSingleGpuLayer) {
+  FP4MOE_REQUIRE_GPU();
+  int n = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDeviceCount(&n));
+  if (n < 2) GTEST_SKIP() << "one GPU here: the several-rank run needs 2 or more (scripts/gpu-run.sh parallel)";
+  const int G = n >= 8 ? 8 : n >= 4 ? 4 : 2;
+  // and gpt-oss with its biases (TP: the down bias added once), I wide enough for 8 slices of 128
+  MoeConfig gpt_oss = preset("gpt-oss-small");
+  gpt_oss.intermediate = 1024;
+  for (const auto& [c, format] : {std::pair{config(), Fp4Format::nvfp4}, std::pair{gpt_oss, Fp4Format::mxfp4}})
+    expect_every_local_gpu_as_a_rank(c, format, G);
 }
 
 TEST(GpuParallelLayer, AllToAllOverflowIsReported) {
