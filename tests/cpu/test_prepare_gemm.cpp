@@ -8,6 +8,7 @@
 
 #include "format/gemm_pack.hpp"
 #include "format/prepare_gemm.hpp"
+#include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
 #include "fp4moe/format.hpp"
 
@@ -254,6 +255,46 @@ TEST(PrepareGemm, PaddedShapesKeepEveryValueAndZeroThePad) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("K = 100"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace fp4moe
+
+namespace fp4moe {
+namespace {
+
+// The device prepare finds each prepared gated row's checkpoint row with
+// pack::gated_source_row: for every order a checkpoint holds w13 in ([gate;
+// up], [up; gate], rows alternating) and a padded I, that row is the one the
+// host packer put there, and padding rows are marked -1 (zero weights).
+TEST(PrepareGemm, GatedSourceRowIsTheHostPackersRowForEveryOrder) {
+  const int64_t I = 40, Ip = 64, k = 128;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> x(size_t(I * k));
+  for (float& v : x) v = d(rng);
+  const Fp4Matrix gate = quantize_mxfp4(x.data(), I, k);
+  for (float& v : x) v = d(rng);
+  const Fp4Matrix up = quantize_mxfp4(x.data(), I, k);
+  const PreparedExpertWeights p = prepare_gated_gemm_weights(std::vector<Fp4Matrix>{gate}, std::vector<Fp4Matrix>{up}, Ip);
+  const Fp4Matrix* gate_up[] = {&gate, &up};
+  const Fp4Matrix* up_gate[] = {&up, &gate};
+  struct Order {
+    pack::GateUpRows order;
+    Fp4Matrix source;  // w13 as the checkpoint holds it, [2I, k]
+  };
+  const Order orders[] = {{pack::GateUpRows::gate_then_up, stack_rows(gate_up)},
+                          {pack::GateUpRows::up_then_gate, stack_rows(up_gate)},
+                          {pack::GateUpRows::alternating, stack_rows(gate_up, 1)}};
+  for (const Order& o : orders)
+    for (int64_t r = 0; r < 2 * Ip; ++r) {
+      const int64_t src = pack::gated_source_row(r, I, o.order);
+      const bool padding = (r / 32) * 16 + r % 16 >= I;
+      ASSERT_EQ(src < 0, padding) << "order " << int(o.order) << " prepared row " << r;
+      for (int64_t c = 0; c < k; c += 5)
+        ASSERT_EQ(prepared_code(p, 0, r, c), padding ? 0 : o.source.code(src, c))
+            << "order " << int(o.order) << " prepared row " << r << " column " << c;
+    }
 }
 
 }  // namespace
