@@ -79,13 +79,6 @@ struct Options {
 // before the copy lands): work that reads the upload waits for it first.
 void wait_for_uploads() { FP4MOE_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy)); }
 
-float bf16_value(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // The tune cache file's bytes ("" when there is none): the run must leave it as it found it.
 std::string tune_cache_bytes() {
   std::ifstream f(plan::TuneCache::default_path(), std::ios::binary);
@@ -247,7 +240,7 @@ class SoakThread {
         std::memcpy(&x, &a[size_t(i)], 2), std::memcpy(&y, &b[size_t(i)], 2);
         if (x == y) continue;
         ++differ, first = first < 0 ? i : first;
-        worst = std::max(worst, std::fabs(double(bf16_value(x)) - bf16_value(y)));
+        worst = std::max(worst, std::fabs(double(bf16_to_float(x)) - bf16_to_float(y)));
       }
       // the first step whose result differs (snapshots are kept at small token counts)
       std::string step = "not traced";  // (bf16 steps: where)
@@ -257,7 +250,7 @@ class SoakThread {
         step = "none";
         for (size_t i = 0; i < again.size(); ++i)
           if (again[i] != steps_[i]) {
-            step = names[i].step + where_bf16_differ(again[i], steps_[i], i + 1 < again.size() ? names[i].bytes : 0, tokens);
+            step = names[i].step + where_bf16_differ(again[i], steps_[i], tokens);
             break;
           }
       }
@@ -279,7 +272,7 @@ class SoakThread {
   }
 
   // Where two bf16 [rows, cols] results differ: elements, row and column ranges, 16-byte pieces.
-  std::string where_bf16_differ(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t, int64_t tokens) const {
+  std::string where_bf16_differ(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, int64_t tokens) const {
     const int64_t rows = tokens * cfg_.top_k;
     const int64_t n = int64_t(a.size()) / 2, cols = rows ? n / rows : 0;
     if (!cols) return "";
@@ -315,7 +308,7 @@ class SoakThread {
     std::vector<uint16_t> xb(size_t(cfg_.hidden));
     FP4MOE_CUDA_CHECK(cudaMemcpy(xb.data(), x_.get(), xb.size() * 2, cudaMemcpyDeviceToHost));
     std::vector<float> x(xb.size());
-    for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_value(xb[i]);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_float(xb[i]);
     const Routing r = route_reference(cfg_, host_logits_.data(), 1, w_.correction_bias);
     std::vector<int32_t> ids(size_t(cfg_.top_k));
     FP4MOE_CUDA_CHECK(cudaMemcpy(ids.data(), s.layer->topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost));
@@ -324,7 +317,7 @@ class SoakThread {
     for (int64_t i = 0; i < cfg_.hidden; ++i) {
       uint16_t bits;
       std::memcpy(&bits, &out[size_t(i)], 2);
-      const double d = double(bf16_value(bits)) - want[size_t(i)];
+      const double d = double(bf16_to_float(bits)) - want[size_t(i)];
       num += d * d, den += double(want[size_t(i)]) * want[size_t(i)];
     }
     const double err = std::sqrt(num / den);

@@ -170,11 +170,19 @@ def main():
     ap.add_argument("--fault-every", type=int, default=50, help="0: no bad requests")
     ap.add_argument("--out", default="soak_torch.json")
     a = ap.parse_args()
+    for name, v, least in (("--threads", a.threads, 1), ("--max-tokens", a.max_tokens, 1),
+                           ("--check-every", a.check_every, 1), ("--fault-every", a.fault_every, 0)):
+        if v < least:
+            raise SystemExit(f"soak_torch: {name} = {v} must be at least {least}")
+    if not a.seconds > 0:
+        raise SystemExit(f"soak_torch: --seconds = {a.seconds} must be positive")
+    if a.layers < a.threads:
+        raise SystemExit(f"soak_torch: --layers {a.layers} must be at least --threads {a.threads} (each thread owns its layers)")
+    if a.model not in fp4moe.preset_names():
+        raise SystemExit(f"soak_torch: --model {a.model} is not a preset ({', '.join(fp4moe.preset_names())})")
     if not torch.cuda.is_available():
         print("soak_torch: no CUDA device: nothing to run")
         return 0
-    if a.threads < 1 or a.layers < a.threads:
-        raise SystemExit(f"soak_torch: --layers {a.layers} must be at least --threads {a.threads} (each thread owns its layers)")
     cfg = fp4moe.preset(a.model)
     fmt = fp4moe.checkpoint_format(cfg) if a.format == "auto" else a.format
     layers = []

@@ -33,6 +33,9 @@ float bf16_to_float(uint16_t bits);
 
 // ---- matrices -------------------------------------------------------------
 enum class Fp4Format { nvfp4, mxfp4 };
+// How a checkpoint's w13 (2I rows) holds gate and up: gate then up, up then
+// gate, or alternating row by row (gate 0, up 0, gate 1, ...: gpt-oss's checkpoint).
+enum class GateUpOrder { gate_up, up_gate, interleaved };
 const char* to_string(Fp4Format f);
 // "nvfp4" or "mxfp4"; anything else is an fp4moe::Error naming it.
 Fp4Format parse_fp4_format(const std::string& name);

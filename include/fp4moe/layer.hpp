@@ -68,9 +68,6 @@ struct LayerOptions {
 // FP4 expert weights already on the GPU, in the layout a serving engine holds
 // them (ModelOpt NVFP4 as vLLM and SGLang load it, or MXFP4): every pointer is
 // device memory of the layer's device, read only during construction.
-// How w13's 2I rows hold gate and up: gate then up, up then gate, or
-// alternating row by row (gate 0, up 0, gate 1, ...: gpt-oss's checkpoint).
-enum class GateUpOrder { gate_up, up_gate, interleaved };
 enum class BiasType { f32, bf16 };
 enum class ScaleLayout { linear, swizzled_128x4 };
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "format/gemm_pack.hpp"
+#include "fp4moe/format.hpp"
 
 namespace fp4moe::pack {
 
@@ -39,20 +40,21 @@ FP4MOE_HD int64_t scale_offset(int64_t k, int64_t row, int64_t col) {
   return (rg * (k / 128) + kc) * kScaleGranuleBytes + (rr % 8) * 16 + step * 2 + rr / 8;
 }
 
-// How a checkpoint's w13 holds its gate and up rows: [gate; up], [up; gate],
-// or alternating row by row (gate 0, up 0, gate 1, ...: gpt-oss's checkpoint).
-enum class GateUpRows { gate_then_up, up_then_gate, alternating };
+// The row of a checkpoint's w13 (`src_rows` gate rows and as many up rows, in
+// `order`) that holds gate row `part_row`, or up row `part_row` when `up`.
+FP4MOE_HD int64_t w13_checkpoint_row(int64_t part_row, bool up, int64_t src_rows, GateUpOrder order) {
+  if (order == GateUpOrder::interleaved) return 2 * part_row + (up ? 1 : 0);
+  return up != (order == GateUpOrder::up_gate) ? src_rows + part_row : part_row;
+}
 
 // The row of the checkpoint's w13 (`src_rows` gate and as many up rows) that
 // prepared gated row `row` holds (each half of the prepared rows padded to a
 // multiple of 16), or -1 for a padding row (zero weights).
-FP4MOE_HD int64_t gated_source_row(int64_t row, int64_t src_rows, GateUpRows order) {
+FP4MOE_HD int64_t gated_source_row(int64_t row, int64_t src_rows, GateUpOrder order) {
   const int64_t block = row / kGateUpInterleaveRows;
   const int64_t part_row = (block / 2) * kGateUpInterleaveRows + row % kGateUpInterleaveRows;
   const bool up = block % 2 == 1;
-  if (part_row >= src_rows) return -1;
-  if (order == GateUpRows::alternating) return 2 * part_row + (up ? 1 : 0);
-  return up != (order == GateUpRows::up_then_gate) ? src_rows + part_row : part_row;
+  return part_row < src_rows ? w13_checkpoint_row(part_row, up, src_rows, order) : -1;
 }
 
 // 128x4 swizzled scales: rows padded to 128, scale columns to 4; each 128x4

@@ -21,7 +21,7 @@ struct PrepareWeightsArgs {
   int64_t experts = 0, n = 0, k = 0;  // the prepared shape
   int64_t n_src = 0, k_src = 0;     // the checkpoint's (0: n, k); rows and columns past them are zero weights
   bool gated = false;               // N = 2I rows of gate and up, interleaved by 16 in the output
-  pack::GateUpRows order = pack::GateUpRows::gate_then_up;  // how the gated source holds gate and up
+  GateUpOrder order = GateUpOrder::gate_up;  // how the gated source holds gate and up
   // Prepared byte of each scale byte: >= 0, -1 outside the kernels' range, -2 a zero scale.
   std::array<int16_t, 256> prepared_scale{};
   uint8_t* weights = nullptr;       // [E, N, K/2] prepared

@@ -15,7 +15,7 @@ namespace fp4moe {
 
 PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format format, ScaleLayout layout, int64_t experts,
                                      int64_t n, int64_t k, int64_t n_src, int64_t k_src, bool gated,
-                                     pack::GateUpRows order, const char* what) {
+                                     GateUpOrder order, const char* what) {
   FP4MOE_CHECK(src.weight && src.scale, what << ": weight and scale must be device pointers, got null");
   const int parts = gated ? 2 : 1;
   FP4MOE_CHECK(format == Fp4Format::mxfp4 || src.scale_2, what << ": NVFP4 needs scale_2 (weight_scale_2), got null");
@@ -59,7 +59,7 @@ PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format form
   for (int64_t e = 0; e < experts; ++e)
     for (int q = 0; q < parts; ++q) {
       // the prepared part q is gate (0) or up (1); scale_2's order is w13's halves (alternating rows: gate first)
-      const int from = src.scale_2_parts == 1 ? 0 : (q == 1) != (order == pack::GateUpRows::up_then_gate) ? 1 : 0;
+      const int from = src.scale_2_parts == 1 ? 0 : (q == 1) != (order == GateUpOrder::up_gate) ? 1 : 0;
       const float v = scale_2[size_t(e * src.scale_2_parts + from)];
       FP4MOE_CHECK(std::isfinite(v) && v > 0.f,
                    what << ": scale_2 (weight_scale_2) of expert " << e << (src.scale_2_parts == 2 ? " part " : "")

@@ -9,6 +9,7 @@
 
 #include "common/cuda_check.hpp"
 #include "format/prepare_gemm.hpp"
+#include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
 #include "plan/split_k.hpp"
 #include "runtime/cublas_check.hpp"
@@ -81,12 +82,11 @@ std::vector<std::vector<float>> biases_from_device(const void* p, BiasType type,
 
 // w13's biases of one expert (2I, in w13's row order) split into gate and up.
 void split_gate_up(const std::vector<float>& w13, GateUpOrder order, std::vector<float>& gate, std::vector<float>& up) {
-  const size_t I = w13.size() / 2;
-  gate.resize(I), up.resize(I);
-  for (size_t j = 0; j < I; ++j) {
-    if (order == GateUpOrder::interleaved) gate[j] = w13[2 * j], up[j] = w13[2 * j + 1];
-    else if (order == GateUpOrder::up_gate) up[j] = w13[j], gate[j] = w13[I + j];
-    else gate[j] = w13[j], up[j] = w13[I + j];
+  const int64_t I = int64_t(w13.size()) / 2;
+  gate.resize(size_t(I)), up.resize(size_t(I));
+  for (int64_t j = 0; j < I; ++j) {
+    gate[size_t(j)] = w13[size_t(pack::w13_checkpoint_row(j, false, I, order))];
+    up[size_t(j)] = w13[size_t(pack::w13_checkpoint_row(j, true, I, order))];
   }
 }
 
@@ -126,11 +126,16 @@ void LayerCore::init_device(const MoeConfig& c, const LayerOptions& o) {
 }
 
 // The optional router: logits = hidden . router_weight^T by cuBLAS (bf16 [E, H]).
-void LayerCore::init_router(const uint16_t* w, bool on_device) {
+void LayerCore::init_router(const uint16_t* w, const float* bias, bool on_device) {
   const size_t count = size_t(cfg_.num_experts * cfg_.hidden);
+  const cudaMemcpyKind kind = on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
   router_weight_.resize(count);
-  FP4MOE_CUDA_CHECK(cudaMemcpy(router_weight_.get(), w, count * 2,
-                               on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(router_weight_.get(), w, count * 2, kind));
+  if (bias) {  // added by a rank-1 update with ones [max_tokens]
+    router_bias_.resize(size_t(cfg_.num_experts));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(router_bias_.get(), bias, router_bias_.bytes(), kind));
+    ones_.upload(std::vector<float>(size_t(opts_.max_tokens), 1.f));
+  }
   logits_.resize(size_t(opts_.max_tokens * cfg_.num_experts));
   blas_workspace_.resize(size_t(8) << 20);  // a fixed workspace keeps cuBLAS graph-capture safe
   blas_ = cublas_create<CublasHandle>("cublasCreate", cublasCreate);
@@ -230,13 +235,9 @@ LayerCore::LayerCore(const MoeConfig& cfg, const MoeWeights& w, const LayerOptio
     FP4MOE_CHECK(int64_t(w.router_weight.size()) == cfg.num_experts * cfg.hidden,
                  "MoeLayer: router_weight has " << w.router_weight.size() << " values, expected [E, H] = ["
                                                 << cfg.num_experts << ", " << cfg.hidden << "]");
-    init_router(w.router_weight.data(), false);
-    if (!w.router_bias.empty()) {
-      FP4MOE_CHECK(int64_t(w.router_bias.size()) == cfg.num_experts,
-                   "MoeLayer: router_bias has " << w.router_bias.size() << " values, expected E = " << cfg.num_experts);
-      router_bias_.upload(w.router_bias);
-      ones_.upload(std::vector<float>(size_t(opts_.max_tokens), 1.f));
-    }
+    FP4MOE_CHECK(w.router_bias.empty() || int64_t(w.router_bias.size()) == cfg.num_experts,
+                 "MoeLayer: router_bias has " << w.router_bias.size() << " values, expected E = " << cfg.num_experts);
+    init_router(w.router_weight.data(), w.router_bias.empty() ? nullptr : w.router_bias.data(), false);
   }
   init_activations();
   init_workspace();
@@ -259,17 +260,14 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
   FP4MOE_CHECK(!(cfg.expert_bias && cfg.shared_expert),
                "MoeLayer: expert biases with a shared expert are not supported from device weights");
   expert_begin_ = w.expert_begin;
-  const pack::GateUpRows order = w.w13_order == GateUpOrder::interleaved ? pack::GateUpRows::alternating
-                                 : w.w13_order == GateUpOrder::up_gate   ? pack::GateUpRows::up_then_gate
-                                                                         : pack::GateUpRows::gate_then_up;
   // each [N, K] prepared at the padded sizes (H', I'), the tensors read at the model's own
   auto pair = [&](const DeviceProjection& w13, const DeviceProjection& w2, int64_t experts, int64_t width,
                   int64_t width_padded, const char* n13, const char* n2) {
     auto p = std::make_unique<ExpertPair>();
     p->w13 = prepare_on_device(w13, w.format, w.scale_layout, experts, 2 * width_padded, hidden_padded_, 2 * width, H,
-                               true, order, n13);
+                               true, w.w13_order, n13);
     p->w2 = prepare_on_device(w2, w.format, w.scale_layout, experts, hidden_padded_, width_padded, H, width, false,
-                              pack::GateUpRows::gate_then_up, n2);
+                              GateUpOrder::gate_up, n2);
     return p;
   };
   routed_ = pair(w.w13, w.w2, count, I, intermediate_padded_, "w13", "w2");
@@ -300,12 +298,7 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
     FP4MOE_CUDA_CHECK(cudaMemcpy(correction_bias_.get(), w.correction_bias, size_t(E) * sizeof(float), cudaMemcpyDeviceToDevice));
   }
   FP4MOE_CHECK(!w.router_bias || w.router_weight, "MoeLayer: DeviceMoeWeights::router_bias is given without router_weight");
-  if (w.router_weight) init_router(w.router_weight, true);
-  if (w.router_bias) {
-    router_bias_.resize(size_t(E));
-    FP4MOE_CUDA_CHECK(cudaMemcpy(router_bias_.get(), w.router_bias, size_t(E) * sizeof(float), cudaMemcpyDeviceToDevice));
-    ones_.upload(std::vector<float>(size_t(opts_.max_tokens), 1.f));
-  }
+  if (w.router_weight) init_router(w.router_weight, w.router_bias, true);
   init_activations();
   init_workspace();
 }

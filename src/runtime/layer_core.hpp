@@ -109,7 +109,7 @@ class LayerCore {
   std::string plan_notes() const;
 
   void init_device(const MoeConfig& c, const LayerOptions& o);
-  void init_router(const uint16_t* router_weight, bool on_device);
+  void init_router(const uint16_t* router_weight, const float* router_bias, bool on_device);
   void init_workspace();
   void init_activations();
   void permute(const ForwardPlan& plan, const int32_t* ids, cudaStream_t stream);

@@ -54,6 +54,6 @@ struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of
 // padded with zero weights. `what` names it in errors.
 PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format format, ScaleLayout layout, int64_t experts,
                                      int64_t n, int64_t k, int64_t n_src, int64_t k_src, bool gated,
-                                     pack::GateUpRows order, const char* what);
+                                     GateUpOrder order, const char* what);
 
 }  // namespace fp4moe

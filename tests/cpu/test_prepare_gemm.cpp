@@ -280,12 +280,12 @@ TEST(PrepareGemm, GatedSourceRowIsTheHostPackersRowForEveryOrder) {
   const Fp4Matrix* gate_up[] = {&gate, &up};
   const Fp4Matrix* up_gate[] = {&up, &gate};
   struct Order {
-    pack::GateUpRows order;
+    GateUpOrder order;
     Fp4Matrix source;  // w13 as the checkpoint holds it, [2I, k]
   };
-  const Order orders[] = {{pack::GateUpRows::gate_then_up, stack_rows(gate_up)},
-                          {pack::GateUpRows::up_then_gate, stack_rows(up_gate)},
-                          {pack::GateUpRows::alternating, stack_rows(gate_up, 1)}};
+  const Order orders[] = {{GateUpOrder::gate_up, stack_rows(gate_up)},
+                          {GateUpOrder::up_gate, stack_rows(up_gate)},
+                          {GateUpOrder::interleaved, stack_rows(gate_up, 1)}};
   for (const Order& o : orders)
     for (int64_t r = 0; r < 2 * Ip; ++r) {
       const int64_t src = pack::gated_source_row(r, I, o.order);

@@ -84,20 +84,20 @@ TEST(GpuDeviceWeights, PrepareOnTheGpuEqualsTheHostPrepare) {
                                      down = matrices(f, E, s.H, s.I, 3);
         const PreparedExpertWeights host13 = prepare_gated_gemm_weights(gate, up, s.Ip, s.Hp),
                                     host2 = prepare_gemm_weights(down, s.Hp, s.Ip);
-        for (const pack::GateUpRows order :
-             {pack::GateUpRows::gate_then_up, pack::GateUpRows::up_then_gate, pack::GateUpRows::alternating}) {
+        for (const GateUpOrder order :
+             {GateUpOrder::gate_up, GateUpOrder::up_gate, GateUpOrder::interleaved}) {
           std::vector<std::vector<const Fp4Matrix*>> w13, w2;
           for (int64_t e = 0; e < E; ++e) {
-            w13.push_back(order == pack::GateUpRows::up_then_gate ? std::vector<const Fp4Matrix*>{&up[e], &gate[e]}
+            w13.push_back(order == GateUpOrder::up_gate ? std::vector<const Fp4Matrix*>{&up[e], &gate[e]}
                                                                   : std::vector<const Fp4Matrix*>{&gate[e], &up[e]});
             w2.push_back({&down[e]});
           }
-          const DeviceTensors d13 = upload(w13, layout, order == pack::GateUpRows::alternating ? 1 : 0),
+          const DeviceTensors d13 = upload(w13, layout, order == GateUpOrder::interleaved ? 1 : 0),
                               d2 = upload(w2, layout);
           expect_same(prepare_on_device(d13.view(), f, layout, E, 2 * s.Ip, s.Hp, 2 * s.I, s.H, true, order, "w13"),
                       host13, what + " w13 order " + std::to_string(int(order)));
           expect_same(prepare_on_device(d2.view(), f, layout, E, s.Hp, s.Ip, s.H, s.I, false,
-                                        pack::GateUpRows::gate_then_up, "w2"),
+                                        GateUpOrder::gate_up, "w2"),
                       host2, what + " w2");
         }
       }
@@ -110,7 +110,7 @@ TEST(GpuDeviceWeights, AnOutOfRangeScaleIsNamed) {
   const DeviceTensors d = upload({{&m[0]}, {&m[1]}}, ScaleLayout::linear);
   try {
     prepare_on_device(d.view(), Fp4Format::nvfp4, ScaleLayout::linear, 2, 32, 128, 32, 128, false,
-                      pack::GateUpRows::gate_then_up, "w2");
+                      GateUpOrder::gate_up, "w2");
     FAIL() << "a negative block scale was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("w2: expert 1 row 5 columns 48..63"), std::string::npos) << e.what();
