@@ -17,7 +17,10 @@
 #    with several GPUs, each mode over 2, 4, 8 of them;
 #    soak: bench_soak, SOAK_MODEL (default glm5; gpt-oss-120b for its second run) layers filling 80% of
 #    device memory driven from 4 threads for SOAK_SECONDS (default 480) with bad requests interleaved,
-#    SOAK_ARGS more flags (--activations fp8, --neighbours N; not part of all);
+#    SOAK_ARGS more flags (--activations fp8, --neighbours N, --plan-every-count; not part of all);
+#    SOAK_API=torch: the same through torch.ops.fp4moe, bench/soak_torch.py, 16 layers (a wheel in WHEELS);
+#    sanitize: compute-sanitizer's memcheck, racecheck, synccheck (SANITIZE_TOOLS to choose) on small GPU
+#    tests (SANITIZE_FILTER) and the soak's short forms, C++ and through torch.ops.fp4moe;
 #    modelopt: NVFP4 test vectors from ModelOpt's own code, MODELOPT_WHEEL=path of the nvidia-modelopt wheel
 #    (default .whl/nvidia_modelopt-*.whl), written to $OUT/modelopt_nvfp4_vectors.safetensors)
 # PACK=1 leaves one file, $OUT/gpu-run.tar.gz, holding every log (the device tool returns at most 8 files).
@@ -184,7 +187,15 @@ if [ "$WHAT" = gpt-oss ] || [ "$WHAT" = all ]; then
     ${GPT_OSS_TOKENS:+--tokens $GPT_OSS_TOKENS} ${BENCH_ARGS:-} > "$OUT/bench_gpt_oss.log" 2>&1
   summary+=("fp4moe bench --model gpt-oss-120b: rc=$?")
 fi
-if [ "$WHAT" = soak ]; then
+if [ "$WHAT" = soak ] && [ "${SOAK_API:-cpp}" = torch ]; then
+  # the same load through torch.ops.fp4moe (bench/soak_torch.py): 16 layers of SOAK_MODEL from 4 Python threads
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "${WHEELS:-.whl}"/fp4moe-*.whl "${WHEELS:-.whl}"/apache_tvm_ffi-*.whl > "$OUT/python_install.log" 2>&1
+  start=$(date +%s)
+  PYTHONPATH=/tmp/site python3 bench/soak_torch.py --model "${SOAK_MODEL:-glm5}" --layers 16 --threads 4 --max-tokens 4096 \
+    --check-every 100 --fault-every 50 --seconds "${SOAK_SECONDS:-480}" --out "$OUT/soak_torch.json" 2>&1 | tee "$OUT/soak_torch.log"
+  summary+=("soak_torch: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s; $(grep -E '^soak_torch: [0-9]+ forwards' "$OUT/soak_torch.log")")
+elif [ "$WHAT" = soak ]; then
   start=$(date +%s)
   # shellcheck disable=SC2086
   "$BIN/bench_soak" --model "${SOAK_MODEL:-glm5}" --seconds "${SOAK_SECONDS:-480}" --faults --out "$OUT/bench_soak.json" \
@@ -209,8 +220,12 @@ if [ "$WHAT" = parallel ] || [ "$WHAT" = all ]; then
   done
 fi
 if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
-  # compute-sanitizer on small cases (memcheck, racecheck, synccheck), the FP8 path's included
-  for tool in memcheck racecheck synccheck; do
+  # compute-sanitizer on small cases (memcheck, racecheck, synccheck), the FP8 path's included.
+  # The soaks' device memory check allows 8 GB: the tools' own device allocations
+  # (synccheck's grow by about 2 GB in the first seconds) are counted by cudaMemGetInfo.
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+    # racecheck runs a forward in about half a second: a minute of it checks about as many as 5 s of the others
+    soak_s=5; [ "$tool" = racecheck ] && soak_s=60
     compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/fp4moe_gpu_tests" \
       --gtest_filter="${SANITIZE_FILTER:-GpuMoeLayer.SplitFinalize*:GpuGroupedGemm.SkewedRouting*:GpuGroupedGemm.WarpgroupTilesSmallCase:GpuGroupedGemm.SplitKSmallCase:GpuGroupedGemm.EarlyStartSeesOffsetsWrittenTwoLaunchesBack:GpuPrepareFp8.*:GpuQuantizeRowsFp8.*:GpuGroupedGemmFp8.SplitK*}" > "$OUT/sanitizer_$tool.log" 2>&1
     rc=$?
@@ -218,10 +233,20 @@ if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
     # the soak's short form: two layers, two threads and streams, graphs, bad requests
     if [ -x "$BIN/bench_soak" ]; then
       compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/bench_soak" --model glm5-small --layers 2 --threads 2 \
-        --max-tokens 64 --seconds 5 --faults --fault-every 5 --check-every 3 --reference-every 5 \
+        --max-tokens 64 --seconds $soak_s --faults --fault-every 5 --check-every 3 --reference-every 5 --device-slack-mb 8192 \
         --out "$OUT/sanitizer_soak_$tool.json" > "$OUT/sanitizer_soak_$tool.log" 2>&1
       rc=$?
       summary+=("compute-sanitizer $tool, soak short form: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$OUT/sanitizer_soak_$tool.log" | tail -1)")
+    fi
+    # the same through torch.ops.fp4moe; only fp4moe's kernels are checked (PyTorch's own are not ours)
+    if ls "${WHEELS:-.whl}"/fp4moe-*.whl >/dev/null 2>&1; then
+      [ -d /tmp/site/fp4moe ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site "${WHEELS:-.whl}"/fp4moe-*.whl "${WHEELS:-.whl}"/apache_tvm_ffi-*.whl > "$OUT/python_install.log" 2>&1
+      PYTHONPATH=/tmp/site compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name kns=fp4moe \
+        python3 bench/soak_torch.py --model glm5-small --layers 2 --threads 2 --max-tokens 64 --seconds $soak_s \
+        --check-every 3 --fault-every 5 --device-slack-mb 8192 --out "$OUT/sanitizer_soak_torch_$tool.json" > "$OUT/sanitizer_soak_torch_$tool.log" 2>&1
+      rc=$?
+      summary+=("compute-sanitizer $tool, torch-op soak short form: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$OUT/sanitizer_soak_torch_$tool.log" | tail -1)")
     fi
   done
 fi
