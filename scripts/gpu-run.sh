@@ -19,7 +19,8 @@
 #    device memory driven from 4 threads for SOAK_SECONDS (default 480) with bad requests interleaved,
 #    SOAK_ARGS more flags (--activations fp8, --neighbours N, --plan-every-count; not part of all);
 #    SOAK_API=torch: the same through torch.ops.fp4moe, bench/soak_torch.py, 16 layers (a wheel in WHEELS);
-#    SOAK_TUNE=1,64,2048: fp4moe tune those counts' buckets first into $OUT/soak_tune.json, which the soak reads;
+#    SOAK_TUNE=1,64,2048: fp4moe tune those counts' buckets first into $OUT/soak_tune.json, which the soak
+#    reads (minutes: shorten SOAK_SECONDS so that the call stays within its 10);
 #    sanitize: compute-sanitizer's memcheck, racecheck, synccheck (SANITIZE_TOOLS to choose) on small GPU
 #    tests (SANITIZE_FILTER) and the soak's short forms, C++ and through torch.ops.fp4moe;
 #    modelopt: NVFP4 test vectors from ModelOpt's own code, MODELOPT_WHEEL=path of the nvidia-modelopt wheel
@@ -188,23 +189,27 @@ if [ "$WHAT" = gpt-oss ] || [ "$WHAT" = all ]; then
     ${GPT_OSS_TOKENS:+--tokens $GPT_OSS_TOKENS} ${BENCH_ARGS:-} > "$OUT/bench_gpt_oss.log" 2>&1
   summary+=("fp4moe bench --model gpt-oss-120b: rc=$?")
 fi
+if [ "$WHAT" = soak ] && [ -n "${SOAK_TUNE:-}" ]; then
+  # a real tune cache for the soak to read and leave unchanged: the layer's buckets of SOAK_TUNE's token
+  # counts, for the soak's layers (deterministic, split-K, bf16 or SOAK_ARGS' --activations fp8)
+  export FP4MOE_CACHE="$OUT/soak_tune.json"
+  fmt=nvfp4; case "${SOAK_MODEL:-glm5}" in gpt-oss*) fmt=mxfp4 ;; esac
+  act=bf16; case " ${SOAK_ARGS:-} " in *" --activations fp8 "*) act=fp8 ;; esac
+  "$BIN/fp4moe" tune --model "${SOAK_MODEL:-glm5}" --format $fmt --activations $act --deterministic \
+    --tokens "$SOAK_TUNE" > "$OUT/soak_tune.log" 2>&1
+  summary+=("fp4moe tune for the soak (tokens $SOAK_TUNE, $act): rc=$?, $(grep -c . "$OUT/soak_tune.log") lines")
+fi
 if [ "$WHAT" = soak ] && [ "${SOAK_API:-cpp}" = torch ]; then
-  # the same load through torch.ops.fp4moe (bench/soak_torch.py): 16 layers of SOAK_MODEL from 4 Python threads
+  # the same load through torch.ops.fp4moe (bench/soak_torch.py): 16 layers of SOAK_MODEL from 4 Python
+  # threads; 300 s by default, as building 16 GLM-5 layers and capturing their graphs takes about two minutes
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "${WHEELS:-.whl}"/fp4moe-*.whl "${WHEELS:-.whl}"/apache_tvm_ffi-*.whl > "$OUT/python_install.log" 2>&1
   start=$(date +%s)
-  PYTHONPATH=/tmp/site python3 bench/soak_torch.py --model "${SOAK_MODEL:-glm5}" --layers 16 --threads 4 --max-tokens 4096 \
-    --check-every 100 --fault-every 50 --seconds "${SOAK_SECONDS:-480}" --out "$OUT/soak_torch.json" 2>&1 | tee "$OUT/soak_torch.log"
+  PYTHONPATH=/tmp/site python3 -u bench/soak_torch.py --model "${SOAK_MODEL:-glm5}" --layers 16 --threads 4 \
+    --max-tokens 4096 --check-every 100 --fault-every 50 --seconds "${SOAK_SECONDS:-300}" --out "$OUT/soak_torch.json" 2>&1 |
+    tee "$OUT/soak_torch.log"
   summary+=("soak_torch: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s; $(grep -E '^soak_torch: [0-9]+ forwards' "$OUT/soak_torch.log")")
 elif [ "$WHAT" = soak ]; then
-  if [ -n "${SOAK_TUNE:-}" ]; then
-    # a real tune cache for the soak to read and leave unchanged: the layer's buckets of SOAK_TUNE's token counts
-    export FP4MOE_CACHE="$OUT/soak_tune.json"
-    fmt=nvfp4; case "${SOAK_MODEL:-glm5}" in gpt-oss*) fmt=mxfp4 ;; esac
-    "$BIN/fp4moe" tune --model "${SOAK_MODEL:-glm5}" --format $fmt --deterministic --tokens "$SOAK_TUNE" \
-      > "$OUT/soak_tune.log" 2>&1
-    summary+=("fp4moe tune for the soak (tokens $SOAK_TUNE): rc=$?, $(grep -c . "$OUT/soak_tune.log") lines")
-  fi
   start=$(date +%s)
   # shellcheck disable=SC2086
   "$BIN/bench_soak" --model "${SOAK_MODEL:-glm5}" --seconds "${SOAK_SECONDS:-480}" --faults --out "$OUT/bench_soak.json" \
@@ -229,12 +234,17 @@ if [ "$WHAT" = parallel ] || [ "$WHAT" = all ]; then
   done
 fi
 if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
-  # compute-sanitizer on small cases (memcheck, racecheck, synccheck), the FP8 path's included.
-  # The soaks' device memory check allows 8 GB: the tools' own device allocations
-  # (synccheck's grow by about 2 GB in the first seconds) are counted by cudaMemGetInfo.
+  # compute-sanitizer on small cases (memcheck, racecheck, synccheck), the FP8 path's included
+  if ls "${WHEELS:-.whl}"/fp4moe-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      "${WHEELS:-.whl}"/fp4moe-*.whl "${WHEELS:-.whl}"/apache_tvm_ffi-*.whl > "$OUT/python_install.log" 2>&1
+  fi
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
-    # racecheck runs a forward in about half a second: a minute of it checks about as many as 5 s of the others
-    soak_s=5; [ "$tool" = racecheck ] && soak_s=60
+    # racecheck runs about two forwards a second: 30 s of it checks about as many as 5 s of the others.
+    # The soaks' device memory check counts the tool's own device allocations too (cudaMemGetInfo):
+    # synccheck's grow by about 2 GB in the first seconds; memcheck's and racecheck's did not grow.
+    soak_s=5; [ "$tool" = racecheck ] && soak_s=30
+    slack=256; [ "$tool" = synccheck ] && slack=4096
     compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/fp4moe_gpu_tests" \
       --gtest_filter="${SANITIZE_FILTER:-GpuMoeLayer.SplitFinalize*:GpuGroupedGemm.SkewedRouting*:GpuGroupedGemm.WarpgroupTilesSmallCase:GpuGroupedGemm.SplitKSmallCase:GpuGroupedGemm.EarlyStartSeesOffsetsWrittenTwoLaunchesBack:GpuPrepareFp8.*:GpuQuantizeRowsFp8.*:GpuGroupedGemmFp8.SplitK*}" > "$OUT/sanitizer_$tool.log" 2>&1
     rc=$?
@@ -242,18 +252,16 @@ if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
     # the soak's short form: two layers, two threads and streams, graphs, bad requests
     if [ -x "$BIN/bench_soak" ]; then
       compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/bench_soak" --model glm5-small --layers 2 --threads 2 \
-        --max-tokens 64 --seconds $soak_s --faults --fault-every 5 --check-every 3 --reference-every 5 --device-slack-mb 8192 \
+        --max-tokens 64 --seconds $soak_s --faults --fault-every 5 --check-every 3 --reference-every 5 --device-slack-mb $slack \
         --out "$OUT/sanitizer_soak_$tool.json" > "$OUT/sanitizer_soak_$tool.log" 2>&1
       rc=$?
       summary+=("compute-sanitizer $tool, soak short form: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$OUT/sanitizer_soak_$tool.log" | tail -1)")
     fi
     # the same through torch.ops.fp4moe; only fp4moe's kernels are checked (PyTorch's own are not ours)
-    if ls "${WHEELS:-.whl}"/fp4moe-*.whl >/dev/null 2>&1; then
-      [ -d /tmp/site/fp4moe ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site "${WHEELS:-.whl}"/fp4moe-*.whl "${WHEELS:-.whl}"/apache_tvm_ffi-*.whl > "$OUT/python_install.log" 2>&1
+    if [ -d /tmp/site/fp4moe ]; then
       PYTHONPATH=/tmp/site compute-sanitizer --tool $tool --error-exitcode 9 --kernel-name kns=fp4moe \
-        python3 bench/soak_torch.py --model glm5-small --layers 2 --threads 2 --max-tokens 64 --seconds $soak_s \
-        --check-every 3 --fault-every 5 --device-slack-mb 8192 --out "$OUT/sanitizer_soak_torch_$tool.json" > "$OUT/sanitizer_soak_torch_$tool.log" 2>&1
+        python3 -u bench/soak_torch.py --model glm5-small --layers 2 --threads 2 --max-tokens 64 --seconds $soak_s \
+        --check-every 3 --fault-every 5 --device-slack-mb $slack --out "$OUT/sanitizer_soak_torch_$tool.json" > "$OUT/sanitizer_soak_torch_$tool.log" 2>&1
       rc=$?
       summary+=("compute-sanitizer $tool, torch-op soak short form: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$OUT/sanitizer_soak_torch_$tool.log" | tail -1)")
     fi
