@@ -142,31 +142,52 @@ void LayerCore::init_router(const uint16_t* w, const float* bias, bool on_device
   FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(blas_.get(), blas_workspace_.get(), blas_workspace_.bytes()));
 }
 
-void LayerCore::init_workspace() {
+// The shared expert as routed expert E: one more expert in both routed
+// projections (its weights appended), one more row per token in the routed
+// GEMMs, added by the split finalize with weight 1 as before. Only where it
+// runs the same arithmetic as on its own: the routed experts' width unpadded,
+// no biases (the routed instance would add them), the plain SwiGLU, bf16 rows.
+void LayerCore::init_shared_in_routed() {
+  routed_experts_ = routed_->w13.experts;
   finalize_ = opts_.deterministic || opts_.finalize == FinalizeMode::automatic ? FinalizeMode::split : opts_.finalize;
+  if (!opts_.shared_expert_in_routed_gemms || !shared_ || cfg_.shared_intermediate != cfg_.intermediate ||
+      intermediate_padded_ != cfg_.intermediate || cfg_.expert_bias || cfg_.activation != Activation::swiglu ||
+      opts_.activations != ActivationFormat::bf16 || finalize_ != FinalizeMode::split || routed_->w13.biased() ||
+      routed_->w2.biased())
+    return;
+  auto merged = std::make_unique<ExpertPair>();
+  merged->w13 = concat_experts(routed_->w13, shared_->w13, "MoeLayer: the shared expert in the routed w13");
+  merged->w2 = concat_experts(routed_->w2, shared_->w2, "MoeLayer: the shared expert in the routed w2");
+  routed_ = std::move(merged);
+  shared_.reset();
+  shared_in_routed_ = true;
+}
+
+void LayerCore::init_workspace() {
   const int64_t T = opts_.max_tokens, P = T * cfg_.top_k, H = cfg_.hidden, Hp = hidden_padded_;
+  const int64_t rows = permuted_rows(T);  // the routed GEMMs' rows, the shared expert's among them
   topk_ids_.resize(size_t(P));
   topk_weights_.resize(size_t(P));
   offsets_.resize(size_t(routed_->w13.experts + 1));
-  permuted_pair_.resize(size_t(P));
-  permuted_token_.resize(size_t(P));
+  permuted_pair_.resize(size_t(rows));
+  permuted_token_.resize(size_t(rows));
   pair_pos_.resize(size_t(P));
   dense_offsets_.resize(2);
   status_.resize(kernels::kStatusWords);
   status_.fill_bytes(0);
-  a2_.resize(size_t(P * intermediate_padded_));
-  if (finalize_ == FinalizeMode::split) y2_.resize(size_t(P * Hp));
+  a2_.resize(size_t(rows * intermediate_padded_));
+  if (finalize_ == FinalizeMode::split) y2_.resize(size_t(rows * Hp));
   else accumulate_.resize(size_t(T * Hp));
   // GEMM1's row copy (GemmStepLaunch::copies_rows): wherever tiles that load
   // their rows by TMA can run, and wherever H is padded; fp8 layers' GEMM1
   // reads its FP8 row copy instead.
   if ((device_.budget.has_wgmma() || Hp != H) && opts_.activations != ActivationFormat::fp8)
-    x_permuted_.resize(size_t(P * Hp));
+    x_permuted_.resize(size_t(rows * Hp));
   if (device_.budget.has_wgmma() && opts_.split_k) {
     split_k_.resize(size_t(plan::kSplitKWorkspaceBytes));
     split_k_.fill_bytes(0);  // the arrival counters; every launch leaves them zero
   }
-  if (cfg_.shared_expert) {
+  if (shared_) {
     shared_a2_.resize(size_t(T * cfg_.shared_intermediate));
     shared_y_.resize(size_t(T * H));
   }
@@ -240,6 +261,7 @@ LayerCore::LayerCore(const MoeConfig& cfg, const MoeWeights& w, const LayerOptio
     init_router(w.router_weight.data(), w.router_bias.empty() ? nullptr : w.router_bias.data(), false);
   }
   init_activations();
+  init_shared_in_routed();
   init_workspace();
 }
 
@@ -300,6 +322,7 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
   FP4MOE_CHECK(!w.router_bias || w.router_weight, "MoeLayer: DeviceMoeWeights::router_bias is given without router_weight");
   if (w.router_weight) init_router(w.router_weight, w.router_bias, true);
   init_activations();
+  init_shared_in_routed();
   init_workspace();
 }
 
@@ -314,9 +337,10 @@ int64_t LayerCore::weight_bytes() const {
 std::vector<LayerCore::Intermediate> LayerCore::intermediates(int64_t tokens) const {
   FP4MOE_CHECK(tokens >= 0 && tokens <= opts_.max_tokens,
                "intermediates: tokens = " << tokens << " is outside 0..max_tokens = " << opts_.max_tokens);
-  const size_t P = size_t(tokens * cfg_.top_k), T = size_t(tokens);
-  std::vector<Intermediate> v = {{"route: topk ids", topk_ids_.get(), P * 4},
-                                 {"route: topk weights", topk_weights_.get(), P * 4},
+  const size_t P = size_t(permuted_rows(tokens)), T = size_t(tokens);
+  const size_t pairs = size_t(tokens * cfg_.top_k);
+  std::vector<Intermediate> v = {{"route: topk ids", topk_ids_.get(), pairs * 4},
+                                 {"route: topk weights", topk_weights_.get(), pairs * 4},
                                  {"permute: offsets", offsets_.get(), offsets_.bytes()},
                                  {"permute: rows", permuted_pair_.get(), P * 4}};
   if (x_permuted_.size()) v.push_back({"GEMM1's row copy", x_permuted_.get(), P * size_t(hidden_padded_) * 2});

@@ -8,6 +8,38 @@
 #include "kernels/prepare_fp8_weights.hpp"
 
 namespace fp4moe {
+namespace {
+
+// a's elements then b's, device to device.
+template <class T>
+DeviceBuffer<T> concatenated(const DeviceBuffer<T>& a, const DeviceBuffer<T>& b) {
+  DeviceBuffer<T> out(a.size() + b.size());
+  if (a.size()) FP4MOE_CUDA_CHECK(cudaMemcpy(out.get(), a.get(), a.bytes(), cudaMemcpyDeviceToDevice));
+  if (b.size()) FP4MOE_CUDA_CHECK(cudaMemcpy(out.get() + a.size(), b.get(), b.bytes(), cudaMemcpyDeviceToDevice));
+  return out;
+}
+
+}  // namespace
+
+// Every buffer is [experts][...] in the prepared layout, so appending experts
+// appends each buffer.
+PreparedProjection concat_experts(const PreparedProjection& a, const PreparedProjection& b, const char* what) {
+  FP4MOE_CHECK(a.n == b.n && a.k == b.k && a.format == b.format && a.scale_parts == b.scale_parts &&
+                   a.activations == b.activations && a.biased() == b.biased() && a.row_scale.size() == 0 &&
+                   b.row_scale.size() == 0,
+               what << ": experts of [" << a.n << ", " << a.k << "] " << to_string(a.format) << " and [" << b.n << ", "
+                    << b.k << "] " << to_string(b.format) << " do not make one projection");
+  PreparedProjection p;
+  p.weights = concatenated(a.weights, b.weights);
+  p.scales = concatenated(a.scales, b.scales);
+  p.dequant_scale = concatenated(a.dequant_scale, b.dequant_scale);
+  p.bias = concatenated(a.bias, b.bias);
+  p.scale_parts = a.scale_parts;
+  p.n = a.n, p.k = a.k, p.experts = a.experts + b.experts;
+  p.format = a.format;
+  p.activations = a.activations;
+  return p;
+}
 
 void PreparedProjection::convert_to_fp8(const char* what) {
   if (activations == plan::ActivationType::e4m3) return;

@@ -45,6 +45,10 @@ struct PreparedProjection {  // one prepared projection of all experts
   void convert_to_fp8(const char* what);
 };
 
+// One projection of a's experts then b's (the same shape, format and scale
+// parts; `what` names it in errors). Synchronous, at construction.
+PreparedProjection concat_experts(const PreparedProjection& a, const PreparedProjection& b, const char* what);
+
 struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of experts
   PreparedProjection w13, w2;
 };
