@@ -101,6 +101,7 @@ void LayerCore::init_device(const MoeConfig& c, const LayerOptions& o) {
   const int64_t granule = granule_of(o);
   FP4MOE_CHECK(granule == 128 || granule == 256,
                "LayerOptions::feature_granule = " << o.feature_granule << " is not 0 (256), 128 or 256");
+  finalize_ = o.deterministic || o.finalize == FinalizeMode::automatic ? FinalizeMode::split : o.finalize;
   hidden_padded_ = padded_features(c.hidden, granule);
   intermediate_padded_ = padded_features(c.intermediate, granule);
   // (the shared expert reads the hidden states in place, at their own width)
@@ -143,24 +144,16 @@ void LayerCore::init_router(const uint16_t* w, const float* bias, bool on_device
 }
 
 // The shared expert as routed expert E: one more expert in both routed
-// projections (its weights appended), one more row per token in the routed
-// GEMMs, added by the split finalize with weight 1 as before. Only where it
-// runs the same arithmetic as on its own: the routed experts' width unpadded,
-// no biases (the routed instance would add them), the plain SwiGLU, bf16 rows.
-void LayerCore::init_shared_in_routed() {
-  routed_experts_ = routed_->w13.experts;
-  finalize_ = opts_.deterministic || opts_.finalize == FinalizeMode::automatic ? FinalizeMode::split : opts_.finalize;
-  if (!opts_.shared_expert_in_routed_gemms || !shared_ || cfg_.shared_intermediate != cfg_.intermediate ||
-      intermediate_padded_ != cfg_.intermediate || cfg_.expert_bias || cfg_.activation != Activation::swiglu ||
-      opts_.activations != ActivationFormat::bf16 || finalize_ != FinalizeMode::split || routed_->w13.biased() ||
-      routed_->w2.biased())
-    return;
-  auto merged = std::make_unique<ExpertPair>();
-  merged->w13 = concat_experts(routed_->w13, shared_->w13, "MoeLayer: the shared expert in the routed w13");
-  merged->w2 = concat_experts(routed_->w2, shared_->w2, "MoeLayer: the shared expert in the routed w2");
-  routed_ = std::move(merged);
-  shared_.reset();
-  shared_in_routed_ = true;
+// projections (its weights after the routed ones'), one more row per token in
+// the routed GEMMs, added by the split finalize with weight 1 as before. Only
+// where it runs the same arithmetic as on its own: the routed experts' width
+// unpadded and format, no biases (the routed instance would add them), the
+// plain SwiGLU, bf16 rows, the split finalize (the fused one weighs each row).
+bool LayerCore::shared_joins_routed(Fp4Format routed, Fp4Format shared, int64_t routed_count) const {
+  return opts_.shared_expert_in_routed_gemms && cfg_.shared_expert && cfg_.shared_intermediate == cfg_.intermediate &&
+         intermediate_padded_ == cfg_.intermediate && !cfg_.expert_bias && cfg_.activation == Activation::swiglu &&
+         opts_.activations == ActivationFormat::bf16 && finalize_ == FinalizeMode::split && routed == shared &&
+         routed_count + 1 <= plan::GemmSmemLayout::kMaxExperts;
 }
 
 void LayerCore::init_workspace() {
@@ -236,17 +229,27 @@ LayerCore::LayerCore(const MoeConfig& cfg, const MoeWeights& w, const LayerOptio
                                      << "]; the model needs [" << cfg.intermediate << ", " << cfg.hidden << "] and ["
                                      << cfg.hidden << ", " << cfg.intermediate << "]");
   }
-  std::vector<const ExpertWeights*> routed;
-  for (const ExpertWeights& e : w.experts) routed.push_back(&e);
-  routed_ = std::make_unique<ExpertPair>(prepare_experts(routed, hidden_padded_, intermediate_padded_, cfg.expert_bias, cfg.activation));
-  if (cfg.shared_expert) {
+  if (cfg.shared_expert)
     FP4MOE_CHECK(w.shared.gate.rows == cfg.shared_intermediate && w.shared.gate.cols == cfg.hidden &&
+                     w.shared.up.rows == cfg.shared_intermediate && w.shared.up.cols == cfg.hidden &&
                      w.shared.down.rows == cfg.hidden && w.shared.down.cols == cfg.shared_intermediate,
-                 "MoeLayer: the shared expert has gate [" << w.shared.gate.rows << ", " << w.shared.gate.cols << "], down ["
+                 "MoeLayer: the shared expert has gate [" << w.shared.gate.rows << ", " << w.shared.gate.cols << "], up ["
+                                                          << w.shared.up.rows << ", " << w.shared.up.cols << "], down ["
                                                           << w.shared.down.rows << ", " << w.shared.down.cols
                                                           << "]; the model needs width " << cfg.shared_intermediate);
+  std::vector<const ExpertWeights*> routed;
+  for (const ExpertWeights& e : w.experts) routed.push_back(&e);
+  routed_experts_ = count;
+  const auto same_format = [&](const ExpertWeights& x) {
+    const Fp4Format f = w.experts[0].gate.format;
+    return x.gate.format == f && x.up.format == f && x.down.format == f;
+  };
+  shared_in_routed_ = cfg.shared_expert && same_format(w.shared) &&
+                      shared_joins_routed(w.experts[0].gate.format, w.shared.gate.format, count);
+  if (shared_in_routed_) routed.push_back(&w.shared);  // prepared as one more expert
+  routed_ = std::make_unique<ExpertPair>(prepare_experts(routed, hidden_padded_, intermediate_padded_, cfg.expert_bias, cfg.activation));
+  if (cfg.shared_expert && !shared_in_routed_)
     shared_ = std::make_unique<ExpertPair>(prepare_experts({&w.shared}, hidden_padded_, cfg.shared_intermediate, false, cfg.activation));
-  }
   if (cfg.use_correction_bias) {
     FP4MOE_CHECK(int64_t(w.correction_bias.size()) == cfg.num_experts,
                  "MoeLayer: correction_bias has " << w.correction_bias.size() << " entries, expected " << cfg.num_experts);
@@ -261,7 +264,6 @@ LayerCore::LayerCore(const MoeConfig& cfg, const MoeWeights& w, const LayerOptio
     init_router(w.router_weight.data(), w.router_bias.empty() ? nullptr : w.router_bias.data(), false);
   }
   init_activations();
-  init_shared_in_routed();
   init_workspace();
 }
 
@@ -283,16 +285,19 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
                "MoeLayer: expert biases with a shared expert are not supported from device weights");
   expert_begin_ = w.expert_begin;
   // each [N, K] prepared at the padded sizes (H', I'), the tensors read at the model's own
+  // (room: expert slots left after them, where the shared expert joins the routed ones)
   auto pair = [&](const DeviceProjection& w13, const DeviceProjection& w2, int64_t experts, int64_t width,
-                  int64_t width_padded, const char* n13, const char* n2) {
+                  int64_t width_padded, const char* n13, const char* n2, int64_t room) {
     auto p = std::make_unique<ExpertPair>();
     p->w13 = prepare_on_device(w13, w.format, w.scale_layout, experts, 2 * width_padded, hidden_padded_, 2 * width, H,
-                               true, w.w13_order, n13);
+                               true, w.w13_order, n13, room);
     p->w2 = prepare_on_device(w2, w.format, w.scale_layout, experts, hidden_padded_, width_padded, H, width, false,
-                              GateUpOrder::gate_up, n2);
+                              GateUpOrder::gate_up, n2, room);
     return p;
   };
-  routed_ = pair(w.w13, w.w2, count, I, intermediate_padded_, "w13", "w2");
+  routed_experts_ = count;
+  shared_in_routed_ = cfg.shared_expert && shared_joins_routed(w.format, w.format, count);
+  routed_ = pair(w.w13, w.w2, count, I, intermediate_padded_, "w13", "w2", shared_in_routed_ ? 1 : 0);
   const size_t held = static_cast<size_t>(count);
   std::vector<std::vector<float>> gate_bias(held), up_bias(held), down_bias(held);
   if (cfg.expert_bias) {
@@ -309,10 +314,15 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
                 intermediate_padded_, cfg.expert_bias, cfg.activation);
   if (cfg.shared_expert) {
     shared_ = pair(w.shared_w13, w.shared_w2, 1, cfg.shared_intermediate, cfg.shared_intermediate, "shared w13",
-                   "shared w2");
+                   "shared w2", 0);
     const std::vector<std::vector<float>> none(1);
     attach_biases(*shared_, pointers(none), pointers(none), pointers(none), hidden_padded_, cfg.shared_intermediate,
                   false, cfg.activation);
+    if (shared_in_routed_) {  // into the slot left after the routed experts; one expert's bytes, then freed
+      place_experts(routed_->w13, count, shared_->w13, "MoeLayer: the shared expert among the routed w13");
+      place_experts(routed_->w2, count, shared_->w2, "MoeLayer: the shared expert among the routed w2");
+      shared_.reset();
+    }
   }
   if (cfg.use_correction_bias) {
     FP4MOE_CHECK(w.correction_bias, "MoeLayer: the model uses e_score_correction_bias; none was given");
@@ -322,7 +332,6 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
   FP4MOE_CHECK(!w.router_bias || w.router_weight, "MoeLayer: DeviceMoeWeights::router_bias is given without router_weight");
   if (w.router_weight) init_router(w.router_weight, w.router_bias, true);
   init_activations();
-  init_shared_in_routed();
   init_workspace();
 }
 

@@ -117,7 +117,7 @@ class LayerCore {
   void init_device(const MoeConfig& c, const LayerOptions& o);
   void init_router(const uint16_t* router_weight, const float* router_bias, bool on_device);
   void init_workspace();
-  void init_shared_in_routed();
+  bool shared_joins_routed(Fp4Format routed, Fp4Format shared, int64_t routed_count) const;
   // Permuted rows of a forward over `tokens` tokens: k per token, and the shared expert's one.
   int64_t permuted_rows(int64_t tokens) const { return tokens * (cfg_.top_k + (shared_in_routed_ ? 1 : 0)); }
   void init_activations();

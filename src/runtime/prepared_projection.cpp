@@ -8,37 +8,21 @@
 #include "kernels/prepare_fp8_weights.hpp"
 
 namespace fp4moe {
-namespace {
-
-// a's elements then b's, device to device.
-template <class T>
-DeviceBuffer<T> concatenated(const DeviceBuffer<T>& a, const DeviceBuffer<T>& b) {
-  DeviceBuffer<T> out(a.size() + b.size());
-  if (a.size()) FP4MOE_CUDA_CHECK(cudaMemcpy(out.get(), a.get(), a.bytes(), cudaMemcpyDeviceToDevice));
-  if (b.size()) FP4MOE_CUDA_CHECK(cudaMemcpy(out.get() + a.size(), b.get(), b.bytes(), cudaMemcpyDeviceToDevice));
-  return out;
-}
-
-}  // namespace
-
-// Every buffer is [experts][...] in the prepared layout, so appending experts
-// appends each buffer.
-PreparedProjection concat_experts(const PreparedProjection& a, const PreparedProjection& b, const char* what) {
-  FP4MOE_CHECK(a.n == b.n && a.k == b.k && a.format == b.format && a.scale_parts == b.scale_parts &&
-                   a.activations == b.activations && a.biased() == b.biased() && a.row_scale.size() == 0 &&
-                   b.row_scale.size() == 0,
-               what << ": experts of [" << a.n << ", " << a.k << "] " << to_string(a.format) << " and [" << b.n << ", "
-                    << b.k << "] " << to_string(b.format) << " do not make one projection");
-  PreparedProjection p;
-  p.weights = concatenated(a.weights, b.weights);
-  p.scales = concatenated(a.scales, b.scales);
-  p.dequant_scale = concatenated(a.dequant_scale, b.dequant_scale);
-  p.bias = concatenated(a.bias, b.bias);
-  p.scale_parts = a.scale_parts;
-  p.n = a.n, p.k = a.k, p.experts = a.experts + b.experts;
-  p.format = a.format;
-  p.activations = a.activations;
-  return p;
+// Every buffer is [experts][...] in the prepared layout: an expert's bytes are
+// one contiguous piece of each.
+void place_experts(PreparedProjection& dst, int64_t at, const PreparedProjection& src, const char* what) {
+  FP4MOE_CHECK(dst.n == src.n && dst.k == src.k && dst.format == src.format && dst.scale_parts == src.scale_parts &&
+                   dst.activations == src.activations && !dst.biased() && !src.biased() && dst.row_scale.size() == 0 &&
+                   at >= 0 && at + src.experts <= dst.experts,
+               what << ": experts of [" << src.n << ", " << src.k << "] " << to_string(src.format) << " do not fit slots "
+                    << at << ".." << at + src.experts << " of [" << dst.n << ", " << dst.k << "] "
+                    << to_string(dst.format) << " x " << dst.experts);
+  const auto copy = [&](auto& d, const auto& s, int64_t per_expert) {
+    FP4MOE_CUDA_CHECK(cudaMemcpy(d.get() + at * per_expert, s.get(), s.bytes(), cudaMemcpyDeviceToDevice));
+  };
+  copy(dst.weights, src.weights, dst.n * dst.k / 2);
+  copy(dst.scales, src.scales, dst.n * dst.k / 16);
+  copy(dst.dequant_scale, src.dequant_scale, dst.scale_parts);
 }
 
 void PreparedProjection::convert_to_fp8(const char* what) {
