@@ -501,6 +501,8 @@ int main(int argc, char** argv) {
     for (auto& wk : workers) wk->warm_up();
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
     const int64_t dev_warm = device_used_bytes(), host_warm = host_rss_bytes();
+    // (a layer's plans all hold as many GEMM steps, so one plan's bytes stand for each)
+    const int64_t plan_bytes = int64_t(slots.front()->layer->core().plan(1)->bytes());
     const auto plans_held = [&] {
       int64_t n = 0;
       for (const auto& s : slots) n += int64_t(s->layer->core().plans_held());
@@ -617,7 +619,7 @@ int main(int argc, char** argv) {
                                   {"end_after_malloc_trim", host_trimmed}};
     // the forward plans of token counts first seen after warm-up, part of the host RSS's rise
     const int64_t plans_end = plans_held();
-    report["forward_plans"] = {{"after_warm_up", plans_warm}, {"end", plans_end}, {"bytes_each", sizeof(ForwardPlan)}};
+    report["forward_plans"] = {{"after_warm_up", plans_warm}, {"end", plans_end}, {"bytes_each", plan_bytes}};
     report["thread_errors"] = thread_errors;
     report["mismatch_cases"] = all.mismatch_cases;
     report["reference_cases"] = all.reference_cases;
@@ -641,7 +643,7 @@ int main(int argc, char** argv) {
                all.references, all.reference_failures, all.worst_reference_error, all.faults, all.faults_mishandled, plans_changed,
                tune_cache_changed ? "CHANGED" : tune_cache_before.empty() ? "absent, not written" : "unchanged", double(dev_warm) / 1e9,
                double(dev_max_after_warm) / 1e9, double(dev_end) / 1e9, double(host_warm) / 1e9, double(host_end) / 1e9,
-               double(host_trimmed) / 1e9, plans_warm, plans_end, double((plans_end - plans_warm) * int64_t(sizeof(ForwardPlan))) / 1e9);
+               double(host_trimmed) / 1e9, plans_warm, plans_end, double((plans_end - plans_warm) * plan_bytes) / 1e9);
     for (const auto* list : {&all.mismatch_cases, &all.reference_cases, &all.fault_cases})
       for (const auto& p : *list) fmt::print("  {}\n", p);
     for (size_t t = 0; t < thread_errors.size(); ++t)

@@ -5,6 +5,8 @@
 # runs DIR_A/PROGRAM and DIR_B/PROGRAM ROUNDS times each, alternating, and prints
 # each run's result lines (bench_grouped_gemm: "T=" lines; fp4moe bench: the layer table rows).
 # Logs under $OUT/ab. Carry both binaries, e.g. build/release/bin/bench_grouped_gemm and build/b/bin/bench_grouped_gemm.
+# One build with two settings: DIR_A = DIR_B, and A_ARGS / B_ARGS (more arguments for that side only),
+# e.g. B_ARGS=--shared-expert-apart scripts/gpu-ab.sh .ab/run .ab/run 2 fp4moe bench --model glm5.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 4 ] || { echo "usage: $0 DIR_A DIR_B ROUNDS PROGRAM [ARGS...]" >&2; exit 2; }
@@ -21,8 +23,10 @@ for r in $(seq 1 "$ROUNDS"); do
   for side in A B; do
     dir=$A; [ "$side" = B ] && dir=$B
     log="$OUT/ab/${side}_$r.log"
-    "$dir/$PROG" "$@" > "$log" 2>&1
-    echo "== $side ($dir) round $r: rc=$?"
+    extra=${A_ARGS:-}; [ "$side" = B ] && extra=${B_ARGS:-}
+    # shellcheck disable=SC2086
+    "$dir/$PROG" "$@" $extra > "$log" 2>&1
+    echo "== $side ($dir${extra:+ $extra}) round $r: rc=$?"
     grep -E 'T=|^\| [0-9]+ \|' "$log" | cut -c1-160
   done
 done

@@ -23,7 +23,7 @@ void enqueue_planned_gemm(const GemmStepPlan& step, const __nv_bfloat16* hidden,
 
 std::string ForwardPlan::describe() const {
   std::ostringstream os;
-  os << notes;
+  if (notes) os << *notes;
   for (const GemmStepPlan& g : gemms()) {
     const kernels::PreparedGemm& k = g.launch.gemm;
     os << g.title << ": N " << k.params.n << " K " << k.params.k << ", tile " << plan::gemm_tile_name(g.choice.tile) << " ("
@@ -181,7 +181,11 @@ ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
                                 << opts_.max_tokens);
   ForwardPlan p;
   p.shape = s;
-  p.notes = plan_notes();
+  // one copy of the notes for all of the layer's plans while they read the same
+  // (make_plan runs under the plan cache's lock, so notes_ is never raced)
+  std::string notes = plan_notes();
+  if (!notes_ || *notes_ != notes) notes_ = std::make_shared<const std::string>(std::move(notes));
+  p.notes = notes_;
   p.route = kernels::route_args(cfg_, correction_bias_.get(), s.rows, topk_ids_.get(), topk_weights_.get(), status_.get());
   kernels::PermuteArgs& pa = p.permute;
   pa.tokens = s.rows;
@@ -197,8 +201,10 @@ ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
   pa.dense_offsets = dense_offsets_.get();
   pa.dense_tokens = s.dense_rows;
   pa.status = status_.get();
-  for (const GemmSpec& g : gemm_specs(s)) {
-    GemmStepPlan& st = p.gemm_steps[size_t(p.gemm_count++)];
+  const std::vector<GemmSpec> specs = gemm_specs(s);
+  p.gemm_steps.reserve(specs.size());
+  for (const GemmSpec& g : specs) {
+    GemmStepPlan& st = p.gemm_steps.emplace_back();
     st.name = g.name;
     st.title = g.title;
     st.stage = g.stage;

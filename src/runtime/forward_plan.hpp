@@ -5,13 +5,13 @@
 // pointers to it and queues the launches: no planner call, no argument
 // assembly. describe() prints it.
 #pragma once
-#include <array>
 #include <compare>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <cuda_bf16.h>
 
@@ -53,15 +53,19 @@ struct ForwardPlan {
   PlanShape shape;
   kernels::RouteArgs route;      // into the layer's routing buffers; logits bound at launch
   kernels::PermuteArgs permute;  // topk_ids bound at launch
-  std::array<GemmStepPlan, 4> gemm_steps{};
-  int gemm_count = 0;
+  // As many as the forward has (2, or 4 with a shared expert of its own): a
+  // layer holds a plan per token count, and each step is about 1.7 KB.
+  std::vector<GemmStepPlan> gemm_steps;
   // The fused finalize's fp32 sums start at zero: `accumulate_bytes` of `accumulate`, or none.
   float* accumulate = nullptr;
   size_t accumulate_bytes = 0;
   kernels::FinalizeArgs finalize;  // topk_weights and the output bound at launch
-  std::string notes;               // describe()'s lines above the steps (padding, epilogues, the cache)
+  // describe()'s lines above the steps (padding, epilogues, the cache): one per layer, shared
+  std::shared_ptr<const std::string> notes;
 
-  std::span<const GemmStepPlan> gemms() const { return {gemm_steps.data(), size_t(gemm_count)}; }
+  std::span<const GemmStepPlan> gemms() const { return gemm_steps; }
+  // The host memory it holds (the notes are the layer's).
+  size_t bytes() const { return sizeof(ForwardPlan) + gemm_steps.capacity() * sizeof(GemmStepPlan); }
   // One line per launch: tile (tuned or the planner's), stages, shared
   // memory, the row copy and split-K.
   std::string describe() const;

@@ -46,9 +46,9 @@ class LayerCore {
   // it alive across a re-tune on another thread.
   std::shared_ptr<const ForwardPlan> plan(int64_t tokens) const;
   std::shared_ptr<const ForwardPlan> plan(const PlanShape& shape) const;
-  // The plans held: one per shape seen since the last tune, sizeof(ForwardPlan)
-  // and its notes each, never dropped (a bound on the host memory they take is
-  // max_tokens of them).
+  // The plans held: one per shape seen since the last tune (ForwardPlan::bytes()
+  // each), never dropped (a bound on the host memory they take is max_tokens
+  // of them).
   size_t plans_held() const { return plans_.size(); }
 
   // A whole forward of plan.shape.rows tokens: route (unless the caller's
@@ -162,6 +162,7 @@ class LayerCore {
   DeviceBuffer<uint8_t> blas_workspace_;
   CublasHandle blas_;
   mutable PlanCache plans_;
+  mutable std::shared_ptr<const std::string> notes_;  // the plans' notes (make_plan)
 };
 
 }  // namespace fp4moe
