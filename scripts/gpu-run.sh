@@ -19,6 +19,7 @@
 #    device memory driven from 4 threads for SOAK_SECONDS (default 480) with bad requests interleaved,
 #    SOAK_ARGS more flags (--activations fp8, --neighbours N, --plan-every-count; not part of all);
 #    SOAK_API=torch: the same through torch.ops.fp4moe, bench/soak_torch.py, 16 layers (a wheel in WHEELS);
+#    SOAK_TUNE=1,64,2048: fp4moe tune those counts' buckets first into $OUT/soak_tune.json, which the soak reads;
 #    sanitize: compute-sanitizer's memcheck, racecheck, synccheck (SANITIZE_TOOLS to choose) on small GPU
 #    tests (SANITIZE_FILTER) and the soak's short forms, C++ and through torch.ops.fp4moe;
 #    modelopt: NVFP4 test vectors from ModelOpt's own code, MODELOPT_WHEEL=path of the nvidia-modelopt wheel
@@ -196,6 +197,14 @@ if [ "$WHAT" = soak ] && [ "${SOAK_API:-cpp}" = torch ]; then
     --check-every 100 --fault-every 50 --seconds "${SOAK_SECONDS:-480}" --out "$OUT/soak_torch.json" 2>&1 | tee "$OUT/soak_torch.log"
   summary+=("soak_torch: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s; $(grep -E '^soak_torch: [0-9]+ forwards' "$OUT/soak_torch.log")")
 elif [ "$WHAT" = soak ]; then
+  if [ -n "${SOAK_TUNE:-}" ]; then
+    # a real tune cache for the soak to read and leave unchanged: the layer's buckets of SOAK_TUNE's token counts
+    export FP4MOE_CACHE="$OUT/soak_tune.json"
+    fmt=nvfp4; case "${SOAK_MODEL:-glm5}" in gpt-oss*) fmt=mxfp4 ;; esac
+    "$BIN/fp4moe" tune --model "${SOAK_MODEL:-glm5}" --format $fmt --deterministic --tokens "$SOAK_TUNE" \
+      > "$OUT/soak_tune.log" 2>&1
+    summary+=("fp4moe tune for the soak (tokens $SOAK_TUNE): rc=$?, $(grep -c . "$OUT/soak_tune.log") lines")
+  fi
   start=$(date +%s)
   # shellcheck disable=SC2086
   "$BIN/bench_soak" --model "${SOAK_MODEL:-glm5}" --seconds "${SOAK_SECONDS:-480}" --faults --out "$OUT/bench_soak.json" \

@@ -21,16 +21,24 @@ bool dependent_launch_enabled(const void* kernel) {
   if (switched_off) return false;
   int dev = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  const auto key = std::make_pair(dev, kernel);  // (device, kernel) -> enabled
+  // Asked before every small launch (route, permute, row copy, finalize) from
+  // every serving thread: each thread keeps the answers it has had, so that
+  // the launch path takes no lock after a kernel's first launch on it.
+  thread_local std::map<std::pair<int, const void*>, bool> seen;
+  if (const auto it = seen.find(key); it != seen.end()) return it->second;
   static std::mutex mutex;
-  static std::map<std::pair<int, const void*>, bool> known;  // (device, kernel) -> enabled
+  static std::map<std::pair<int, const void*>, bool> known;
   const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(dev, kernel);
-  if (const auto it = known.find(key); it != known.end()) return it->second;
-  int major = 0;
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  cudaFuncAttributes attr{};
-  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  return known[key] = major >= 9 && attr.ptxVersion >= 90;
+  auto it = known.find(key);
+  if (it == known.end()) {
+    int major = 0;
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    cudaFuncAttributes attr{};
+    FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    it = known.emplace(key, major >= 9 && attr.ptxVersion >= 90).first;
+  }
+  return seen[key] = it->second;
 }
 
 namespace {
