@@ -104,6 +104,7 @@ struct LayerCases {
     const SteadyTiming st_time = time_graph_steady(fwd, s, o.warm_seconds, o.reps);
     const TimingStats& lt = st_time.steady;
     const auto stages = layer.profile(s, x, dl.get(), T, out, o.reps);
+    const CapturedGraph::NodeCount launches = CapturedGraph(s, fwd).nodes();  // what one forward runs
     layer.check_status(s);
     std::vector<int32_t> ids(size_t(T * cfg.top_k));
     std::vector<float> wts(ids.size());
@@ -146,7 +147,9 @@ struct LayerCases {
                        {"burst_floor_fraction", burst_floor_ms / st_time.burst.median_ms},
                        {"tb_per_s", layer_bytes / (lt.median_ms * 1e-3) / 1e12},
                        {"tflop_per_s", layer_flops / (lt.median_ms * 1e-3) / 1e12},
-                       {"non_gemm_fraction", total_ms > 0 ? 1.0 - gemm_ms / total_ms : 0.0}};
+                       {"non_gemm_fraction", total_ms > 0 ? 1.0 - gemm_ms / total_ms : 0.0},
+                       {"kernel_launches", launches.kernels},
+                       {"other_graph_nodes", launches.others}};
     if (ceil.energy.measured()) {
       layer_json["energy_floor_ms"] = energy_floor_ms(ceil, layer_bytes, layer_flops);
       layer_json["energy_floor_fraction"] = energy_floor_ms(ceil, layer_bytes, layer_flops) / lt.median_ms;

@@ -39,6 +39,24 @@ class CapturedGraph {
 
   void launch() const { FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
 
+  // What the graph runs: kernel launches and the other nodes (memsets, copies).
+  struct NodeCount {
+    int kernels = 0, others = 0;
+  };
+  NodeCount nodes() const {
+    size_t n = 0;
+    FP4MOE_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &n));
+    std::vector<cudaGraphNode_t> v(n);
+    if (n) FP4MOE_CUDA_CHECK(cudaGraphGetNodes(graph_, v.data(), &n));
+    NodeCount c;
+    for (cudaGraphNode_t node : v) {
+      cudaGraphNodeType t{};
+      FP4MOE_CUDA_CHECK(cudaGraphNodeGetType(node, &t));
+      ++(t == cudaGraphNodeTypeKernel ? c.kernels : c.others);
+    }
+    return c;
+  }
+
  private:
   cudaStream_t stream_;
   cudaGraph_t graph_ = nullptr;
