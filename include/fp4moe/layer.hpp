@@ -67,8 +67,9 @@ struct LayerOptions {
   // one row, weight 1), so that its weights stream on every SM in the routed
   // launches instead of in two launches of their own. Taken where it can be:
   // its width equals the routed experts' (unpadded), no expert biases, the
-  // plain SwiGLU, bf16 activations and the split finalize.
-  bool shared_expert_in_routed_gemms = true;
+  // plain SwiGLU, bf16 activations and the split finalize. Off by default
+  // (docs/planner.md, "The shared expert as one more routed expert").
+  bool shared_expert_in_routed_gemms = false;
 };
 
 // FP4 expert weights already on the GPU, in the layout a serving engine holds

@@ -137,6 +137,7 @@ TEST(GpuMoeLayer, SharedExpertInTheRoutedGemmsAgainstTheReference) {
       LayerOptions fused;
       fused.max_tokens = T;
       fused.finalize = FinalizeMode::fused;
+      fused.shared_expert_in_routed_gemms = true;
       EXPECT_FALSE(MoeLayer(c.cfg, c.w, fused).core().shared_in_routed()) << name << ": the fused finalize adds no rows";
     }
   }

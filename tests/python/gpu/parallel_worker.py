@@ -35,8 +35,7 @@ def main():
         if not ok:
             failures.append(what)
 
-    # the parallel layer runs the shared expert apart (over the rank's own tokens); so does its reference
-    single = fp4moe.MoeLayer.random(cfg, seed=5, finalize="split", max_tokens=64, shared_expert_apart=True)
+    single = fp4moe.MoeLayer.random(cfg, seed=5, finalize="split", max_tokens=64)
     gen = torch.Generator(device=dev).manual_seed(100 + rank)
     for mode in ("allgather", "alltoall", "tp"):
         layer = fp4moe.ParallelMoeLayer.random(cfg, seed=5, mode=mode, group=dist.group.WORLD, max_tokens=64)
