@@ -258,7 +258,9 @@ class SoakThread {
         step = "none";
         for (size_t i = 0; i < again.size(); ++i)
           if (again[i] != steps_[i]) {
-            step = names[i].step + where_bf16_differ(again[i], steps_[i], tokens);
+            step = names[i].step +
+                   where_bf16_differ(again[i], steps_[i],
+                                     tokens * (cfg_.top_k + (s.layer->core().shared_in_routed() ? 1 : 0)));
             break;
           }
       }
@@ -279,9 +281,9 @@ class SoakThread {
     if (tally.checks % o_.reference_every == 0) reference(s, b);
   }
 
-  // Where two bf16 [rows, cols] results differ: elements, row and column ranges, 16-byte pieces.
-  std::string where_bf16_differ(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, int64_t tokens) const {
-    const int64_t rows = tokens * cfg_.top_k;
+  // Where two bf16 [rows, cols] results differ (rows: the forward's permuted rows):
+  // elements, row and column ranges, 16-byte pieces.
+  std::string where_bf16_differ(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, int64_t rows) const {
     const int64_t n = int64_t(a.size()) / 2, cols = rows ? n / rows : 0;
     if (!cols) return "";
     int64_t differ = 0, r0 = rows, r1 = -1, c0 = cols, c1 = -1;

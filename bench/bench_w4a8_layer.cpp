@@ -93,6 +93,8 @@ int main(int argc, char** argv) {
       LayerOptions oa;
       oa.max_tokens = max_t;
       oa.use_tune_cache = tuned;
+      // the shared expert runs bf16 apart under fp8 activations; A too, so that only the activations differ
+      oa.shared_expert_in_routed_gemms = false;
       LayerOptions ob = oa;
       ob.activations = ActivationFormat::fp8;
       MoeLayer a(cfg, w, oa), b(cfg, w, ob);

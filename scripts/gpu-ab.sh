@@ -6,7 +6,7 @@
 # each run's result lines (bench_grouped_gemm: "T=" lines; fp4moe bench: the layer table rows).
 # Logs under $OUT/ab. Carry both binaries, e.g. build/release/bin/bench_grouped_gemm and build/b/bin/bench_grouped_gemm.
 # One build with two settings: DIR_A = DIR_B, and A_ARGS / B_ARGS (more arguments for that side only),
-# e.g. B_ARGS=--shared-expert-apart scripts/gpu-ab.sh .ab/run .ab/run 2 fp4moe bench --model glm5.
+# e.g. B_ARGS=--shared-expert-in-routed scripts/gpu-ab.sh .ab/run .ab/run 2 fp4moe bench --model glm5.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 4 ] || { echo "usage: $0 DIR_A DIR_B ROUNDS PROGRAM [ARGS...]" >&2; exit 2; }

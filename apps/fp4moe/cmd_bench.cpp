@@ -67,6 +67,7 @@ struct BenchOptions {
   std::string activations = "bf16";
   std::string format = "auto";  // the model's checkpoint format, or nvfp4 / mxfp4
   bool no_split_k = false;
+  bool shared_expert_in_routed = false;
   bool no_peers = false;
   std::string peers = peer_engines_joined(",");
   std::string peers_dir;  // where scripts/fetch-peers.sh left the peer engines (bench/peers.py's default)
@@ -267,6 +268,7 @@ void run_bench(const BenchOptions& o) {
   bo.layer.finalize = o.finalize == "fused" ? FinalizeMode::fused : o.finalize == "split" ? FinalizeMode::split
                                                                                           : FinalizeMode::automatic;
   bo.layer.split_k = !o.no_split_k;
+  bo.layer.shared_expert_in_routed_gemms = o.shared_expert_in_routed;
   bo.layer.tune_cache = o.cache;
   const std::string script = o.no_peers ? "" : find_peers_script(o.peers_script);
   // The run's inputs for the peers: weights of a full-size model are gigabytes,
@@ -330,6 +332,8 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "fused", "split"}))
       ->capture_default_str();
   cmd->add_flag("--no-split-k", o.no_split_k, "Never split a GEMM's K loop across CTAs");
+  cmd->add_flag("--shared-expert-in-routed", o.shared_expert_in_routed,
+                "Run the shared expert as one more routed expert where it can (LayerOptions::shared_expert_in_routed_gemms)");
   cmd->add_flag("--no-peers", o.no_peers, "Skip the peer engines of bench/peers.py");
   cmd->add_option("--peers", o.peers, "Peer engines, comma separated: " + peer_engines_joined(", "))
       ->check([](const std::string& v) {

@@ -63,6 +63,13 @@ struct LayerOptions {
   // e4m3, FP8 tensor cores; sm_90, MXFP4 weights; docs/fp8.md). The shared
   // expert stays bf16.
   ActivationFormat activations = ActivationFormat::bf16;
+  // The shared expert runs as one more expert of the routed GEMMs (every token
+  // one row, weight 1), so that its weights stream on every SM in the routed
+  // launches instead of in two launches of their own. Taken where it can be:
+  // its width equals the routed experts' (unpadded), no expert biases, the
+  // plain SwiGLU, bf16 activations and the split finalize. Off by default
+  // (docs/planner.md, "The shared expert as one more routed expert").
+  bool shared_expert_in_routed_gemms = false;
 };
 
 // FP4 expert weights already on the GPU, in the layout a serving engine holds

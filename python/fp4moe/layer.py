@@ -15,11 +15,12 @@ ACTIVATIONS = ("bf16", "fp8")
 
 
 def _options_json(max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k,
-                  activations="bf16") -> str:
+                  activations="bf16", shared_expert_in_routed=False) -> str:
     if activations not in ACTIVATIONS:
         raise ValueError(f"activations '{activations}' is not one of {', '.join(ACTIVATIONS)}")
     o = {"max_tokens": int(max_tokens), "finalize": finalize, "deterministic": bool(deterministic),
-         "use_tune_cache": bool(use_tune_cache), "split_k": bool(split_k), "activations": activations}
+         "use_tune_cache": bool(use_tune_cache), "split_k": bool(split_k), "activations": activations,
+         "shared_expert_in_routed_gemms": bool(shared_expert_in_routed)}
     if tune_cache is not None:
         o["tune_cache"] = str(tune_cache)
     if device is not None:
@@ -78,23 +79,24 @@ class MoeLayer:
     @classmethod
     def from_modelopt(cls, path: str, layer: int, *, max_tokens: int = 1024, finalize: str = "auto",
                       deterministic: bool = False, tune_cache: Optional[str] = None, use_tune_cache: bool = True,
-                      device: Optional[int] = None, split_k: bool = True, activations: str = "bf16") -> "MoeLayer":
+                      device: Optional[int] = None, split_k: bool = True, activations: str = "bf16",
+                      shared_expert_in_routed: bool = False) -> "MoeLayer":
         """MoE layer ``layer`` of a ModelOpt NVFP4 checkpoint directory (config.json, safetensors),
         or of a gpt-oss checkpoint in OpenAI's own MXFP4 layout (config.json quant_method mxfp4).
         ``activations="fp8"``: the routed experts' GEMMs read e4m3 rows (MXFP4 weights, sm_90; docs/fp8.md)."""
         opts = _options_json(max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k,
-                             activations)
+                             activations, shared_expert_in_routed)
         return cls(_native.fn("layer_from_modelopt")(str(path), int(layer), opts))
 
     @classmethod
     def random(cls, config: Any, *, seed: int = 1, format: str = "nvfp4", max_tokens: int = 1024,
                finalize: str = "auto", deterministic: bool = False, tune_cache: Optional[str] = None,
                use_tune_cache: bool = True, device: Optional[int] = None, split_k: bool = True,
-               activations: str = "bf16") -> "MoeLayer":
+               activations: str = "bf16", shared_expert_in_routed: bool = False) -> "MoeLayer":
         """A layer of random FP4 weights (the same for the same config, format and seed as
         the CLI's ``--seed`` and ``ParallelMoeLayer.random``): for tests and benchmarks."""
         opts = _options_json(max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k,
-                             activations)
+                             activations, shared_expert_in_routed)
         return cls(_native.fn("layer_from_random")(as_config_json(config), str(format), int(seed), opts))
 
     @classmethod
@@ -105,7 +107,7 @@ class MoeLayer:
                      shared_expert: Optional[Sequence[Any]] = None, local_experts: Optional[Tuple[int, int]] = None,
                      max_tokens: int = 1024, finalize: str = "auto", deterministic: bool = False,
                      tune_cache: Optional[str] = None, use_tune_cache: bool = True, split_k: bool = True,
-                     activations: str = "bf16") -> "MoeLayer":
+                     activations: str = "bf16", shared_expert_in_routed: bool = False) -> "MoeLayer":
         """A layer from FP4 expert tensors on the GPU, in the layout vLLM and SGLang hold them:
 
         - w13 uint8 [E, 2I, H/2] (gate and up, ``w13_order``), w13_scale float8_e4m3fn (NVFP4)
@@ -141,7 +143,7 @@ class MoeLayer:
                 s[5] = s[5].reshape((1,))
         device = w13.device.index if _is_torch(w13) else None
         opts = _options_json(max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k,
-                             activations)
+                             activations, shared_expert_in_routed)
         native = _native.fn("layer_from_tensors")(
             as_config_json(config), opts, fmt, w13, _bytes_view(w13_scale), w13_scale_2, w2, _bytes_view(w2_scale),
             w2_scale_2, w13_order, scale_layout, int(begin), int(count), s[0], _bytes_view(s[1]), s[2], s[3],

@@ -1,6 +1,7 @@
 // Finalize: each token's k expert outputs weighted and summed in slot order
 // (split mode, bitwise identical run to run), or the fused epilogue's fp32 sums
-// converted; the shared expert's output added. 8 columns (16 bytes) per thread.
+// converted; the shared expert's output added (its own GEMM's, or its rows among the
+// routed ones: FinalizeArgs::shared_row0). 8 columns (16 bytes) per thread.
 #include <cuda_bf16.h>
 
 #include "fp4moe/error.hpp"
@@ -43,6 +44,8 @@ __global__ void finalize_kernel(const FinalizeArgs a) {
     acc[0] = lo.x, acc[1] = lo.y, acc[2] = lo.z, acc[3] = lo.w, acc[4] = hi.x, acc[5] = hi.y, acc[6] = hi.z, acc[7] = hi.w;
   }
   if (a.shared_out) add_bf16x8(acc, *reinterpret_cast<const uint4*>(a.shared_out + t * a.hidden + h), 1.f);
+  if (a.shared_row0)  // the same addition, from the shared expert's row among the routed ones
+    add_bf16x8(acc, *reinterpret_cast<const uint4*>(a.expert_out + (int64_t(*a.shared_row0) + t) * stride + h), 1.f);
   if (a.status) {  // a NaN/Inf stays in its token's row (no arithmetic mixes tokens); it is reported
     bool finite = true;
 #pragma unroll
@@ -73,6 +76,8 @@ void launch_finalize(const FinalizeArgs& a, cudaStream_t stream) {
                "finalize: exactly one of expert_out (split) and accumulated (fused) must be given");
   FP4MOE_CHECK((a.out != nullptr) != (a.out_f32 != nullptr), "finalize: exactly one of out and out_f32 must be given");
   FP4MOE_CHECK(a.accumulated || (a.pair_pos && a.topk_weights), "finalize: a device pointer is null");
+  FP4MOE_CHECK(!a.shared_row0 || (a.expert_out && !a.shared_out),
+               "finalize: shared_row0 reads the shared expert's rows from expert_out (split mode), instead of shared_out");
   FP4MOE_CHECK(a.expert_stride == 0 || (a.expert_stride >= a.hidden && a.expert_stride % 8 == 0),
                "finalize: expert_stride = " << a.expert_stride << " is neither 0 nor a multiple of 8 of at least hidden = "
                                             << a.hidden);

@@ -58,9 +58,13 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(const PermuteArgs a) 
       }
       carry += __shfl_sync(0xffffffffu, incl, 31);
     }
-    // Rows no kept pair fills: pair -1, token 0 (a row copy of all T*k stays in bounds).
-    for (int64_t p = carry + tid; p < P; p += 32) a.permuted_pair[p] = -1, a.permuted_token[p] = 0;
+    // The shared expert's rows after the routed ones, one per token in order; then the
+    // rows no kept pair fills: pair -1, token 0 (a row copy of all rows stays in bounds).
+    const int64_t S = a.shared_rows;
+    for (int64_t t = tid; t < S; t += 32) a.permuted_pair[carry + t] = -1, a.permuted_token[carry + t] = static_cast<int32_t>(t);
+    for (int64_t p = carry + S + tid; p < P + S; p += 32) a.permuted_pair[p] = -1, a.permuted_token[p] = 0;
     if (tid == 0) {
+      if (S > 0) a.expert_offsets[E + 1] = static_cast<int32_t>(carry + S);
       a.expert_offsets[E] = carry;
       if (a.dense_offsets)
         a.dense_offsets[0] = 0, a.dense_offsets[1] = static_cast<int32_t>(a.dense_tokens < 0 ? a.tokens : a.dense_tokens);
@@ -99,6 +103,9 @@ void launch_permute(const PermuteArgs& args, cudaStream_t stream) {
   FP4MOE_CHECK(a.experts >= 1 && a.experts <= kMaxExperts, "permute: experts = " << a.experts << " is outside 1.." << kMaxExperts);
   FP4MOE_CHECK(a.top_k >= 1, "permute: top_k = " << a.top_k << " must be positive");
   FP4MOE_CHECK(a.tokens >= 0 && a.tokens * a.top_k < (int64_t(1) << 31), "permute: " << a.tokens << " tokens x " << a.top_k << " pairs overflow int32");
+  FP4MOE_CHECK(a.shared_rows >= 0 && a.shared_rows <= a.tokens && a.tokens * a.top_k + a.shared_rows < (int64_t(1) << 31),
+               "permute: shared_rows = " << a.shared_rows << " is outside 0..tokens = " << a.tokens
+                                         << " (or overflows int32 with the pairs)");
   FP4MOE_CHECK(a.topk_ids && a.expert_offsets && a.permuted_pair && a.permuted_token && a.pair_pos && a.status,
                "permute: a device pointer is null");
   launch_dependent(permute_kernel, 1, kThreads, 0, stream, a);

@@ -57,6 +57,11 @@ struct PermuteArgs {
   int32_t* pair_pos = nullptr;        // [T*k]: the inverse, permuted row of each pair (-1: dropped)
   int32_t* dense_offsets = nullptr;   // [2] = {0, dense_tokens}: one "expert" holding every token (shared expert), or null
   int64_t dense_tokens = -1;          // the shared expert's token count (-1: tokens)
+  // The shared expert as held expert `experts` (one past the routed ones): each
+  // of the first shared_rows tokens one row after the routed rows, in token
+  // order (expert_offsets then has E+2 entries; permuted_pair -1 on those rows,
+  // and the arrays of rows hold T*k + shared_rows). 0: none.
+  int64_t shared_rows = 0;
   int32_t* status = nullptr;
 };
 // Counting sort by expert; inside an expert, ascending pair index (deterministic).
@@ -78,6 +83,9 @@ struct FinalizeArgs {
   const int32_t* pair_pos = nullptr;
   const float* topk_weights = nullptr;
   const __nv_bfloat16* shared_out = nullptr;   // [T, H] shared expert output, or null
+  // Or the shared expert's rows inside expert_out (split mode, PermuteArgs::shared_rows):
+  // token t's is row *shared_row0 + t (shared_row0: expert_offsets + E, on the device).
+  const int32_t* shared_row0 = nullptr;
   int64_t tokens = 0, hidden = 0;
   int64_t expert_stride = 0;                   // row stride of expert_out and accumulated (0: hidden; more: H padded)
   int top_k = 0;

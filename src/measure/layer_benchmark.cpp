@@ -18,6 +18,7 @@
 #include "common/cuda_check.hpp"
 #include "measure/peer_inputs.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/layer_core.hpp"
 #include "measure/report_json.hpp"
 #include "measure/steady_timing.hpp"
 #include "runtime/timing.hpp"
@@ -67,14 +68,18 @@ struct LayerCases {
   // One GEMM of a case: bytes, FLOPs, floor, its stage's time and the cuBLAS peer's.
   json gemm(const GemmShape& sh, int64_t T, int64_t active, const std::vector<int32_t>& counts,
             const std::vector<MoeLayer::StageTime>& stages) const {
-    const int64_t P = T * cfg.top_k, I = cfg.intermediate, H = cfg.hidden;
-    const double wbytes = double(active) * double(sh.n * sh.k) * bytes_per_weight;
+    // (the shared expert among the routed experts: one more active expert and a row per token in
+    // this GEMM's time, so in its bytes and FLOPs too; the cuBLAS peer has the routed rows only)
+    const bool with_shared = layer.core().shared_in_routed();
+    const int64_t P = T * (cfg.top_k + (with_shared ? 1 : 0)), I = cfg.intermediate, H = cfg.hidden;
+    const double wbytes = double(active + (with_shared ? 1 : 0)) * double(sh.n * sh.k) * bytes_per_weight;
     const double in_rows = sh.n == 2 * I ? double(T) : double(P), out_cols = sh.n == 2 * I ? double(I) : double(H);
     const double bytes = wbytes + in_rows * double(sh.k) * 2 + double(P) * out_cols * 2;
     const double flops = 2.0 * double(P) * double(sh.n * sh.k);
     const auto st = std::find_if(stages.begin(), stages.end(), [&](const auto& x2) { return x2.stage == sh.name; });
     json gj = {{"name", sh.name}, {"n", sh.n}, {"k", sh.k}, {"rows", P}, {"bytes", bytes}, {"flops", flops},
-               {"weight_bytes", wbytes}, {"floor_ms", floor_ms(ceil, bytes, flops)}, {"counts", counts}};
+               {"weight_bytes", wbytes}, {"floor_ms", floor_ms(ceil, bytes, flops)}, {"counts", counts},
+               {"shared_expert_included", with_shared}};
     if (ceil.energy.measured()) gj["energy_floor_ms"] = energy_floor_ms(ceil, bytes, flops);
     if (st != stages.end()) {
       gj["time"] = timing_json(st->median_ms, st->min_ms, st->max_ms);
@@ -86,7 +91,7 @@ struct LayerCases {
     if (peer) {
       const TimingStats pt = peer->time(sh.n == 2 * I ? 0 : 1, counts, std::max(5, o.reps / 3), o.warm_seconds);
       gj["cublas_bf16_ms"] = pt.median_ms;
-      if (st != stages.end()) gj["speedup_vs_cublas"] = pt.median_ms / st->median_ms;
+      if (st != stages.end() && !with_shared) gj["speedup_vs_cublas"] = pt.median_ms / st->median_ms;
     }
     return gj;
   }
@@ -118,7 +123,7 @@ struct LayerCases {
       layer_flops += gj["flops"].get<double>();
       gemms.push_back(gj);
     }
-    if (Is) {
+    if (Is && !layer.core().shared_in_routed()) {  // (else counted in the GEMMs above)
       layer_bytes += 3.0 * double(H * Is) * bytes_per_weight;
       layer_flops += 2.0 * double(T) * 3.0 * double(H * Is);
     }

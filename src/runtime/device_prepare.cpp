@@ -15,7 +15,7 @@ namespace fp4moe {
 
 PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format format, ScaleLayout layout, int64_t experts,
                                      int64_t n, int64_t k, int64_t n_src, int64_t k_src, bool gated,
-                                     GateUpOrder order, const char* what) {
+                                     GateUpOrder order, const char* what, int64_t room) {
   FP4MOE_CHECK(src.weight && src.scale, what << ": weight and scale must be device pointers, got null");
   const int parts = gated ? 2 : 1;
   FP4MOE_CHECK(format == Fp4Format::mxfp4 || src.scale_2, what << ": NVFP4 needs scale_2 (weight_scale_2), got null");
@@ -24,12 +24,12 @@ PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format form
                     << (gated ? "1 or 2 (one per half of w13)" : "1") << " expected");
   PreparedProjection p;
   p.format = format;
-  p.experts = experts;
+  p.experts = experts + room;
   p.n = n;
   p.k = k;
   p.scale_parts = parts;
-  p.weights.resize(size_t(experts * n * k / 2));
-  p.scales.resize(size_t(experts * n * k / 16));
+  p.weights.resize(size_t((experts + room) * n * k / 2));
+  p.scales.resize(size_t((experts + room) * n * k / 16));
   DeviceBuffer<unsigned long long> first_bad(1);
   first_bad.fill_bytes(0xFF);
 
@@ -55,7 +55,7 @@ PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format form
   std::vector<float> scale_2(size_t(experts * src.scale_2_parts), 1.f);
   if (format == Fp4Format::nvfp4)
     FP4MOE_CUDA_CHECK(cudaMemcpy(scale_2.data(), src.scale_2, scale_2.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  std::vector<float> dequant(size_t(experts * parts));
+  std::vector<float> dequant(size_t((experts + room) * parts), 1.f);
   for (int64_t e = 0; e < experts; ++e)
     for (int q = 0; q < parts; ++q) {
       // the prepared part q is gate (0) or up (1); scale_2's order is w13's halves (alternating rows: gate first)

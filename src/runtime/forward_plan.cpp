@@ -95,10 +95,12 @@ GemmStepLaunch LayerCore::prepare(const GemmSpec& g, const TileChoice& c) const 
 // launch (the hidden states) are planned on a stand-in of the same shape.
 std::vector<LayerCore::GemmSpec> LayerCore::gemm_specs(const PlanShape& s) const {
   using kernels::GemmEpilogue;
-  const int64_t P = s.rows * cfg_.top_k;
+  // (the shared expert among the routed experts: one more row per token, one more active expert)
+  const int64_t P = permuted_rows(s.rows), with_shared = shared_in_routed_ ? 1 : 0;
   const bool split = finalize_ == FinalizeMode::split;
-  const double per_expert = double(s.tile_tokens * cfg_.top_k) / double(cfg_.num_experts);
-  const int64_t active = std::min<int64_t>(routed_->w13.experts, s.tile_tokens * cfg_.top_k);
+  const double per_expert =
+      double(s.tile_tokens * (cfg_.top_k + with_shared)) / double(cfg_.num_experts + with_shared);
+  const int64_t active = std::min<int64_t>(routed_experts_, s.tile_tokens * cfg_.top_k) + with_shared;
   const __nv_bfloat16* hidden_stand_in = a2_.get();
   GemmOperands common;
   common.offsets_ready_at_launch = true;  // written by permute, never by the kernel right before a GEMM
@@ -161,6 +163,9 @@ std::string LayerCore::plan_notes() const {
     os << "activations: the routed experts' GEMMs read e4m3 rows with a scale per row (W4A8, the FP8 row copy before "
           "each)"
        << (shared_ ? "; the shared expert's stay bf16" : "") << "\n";
+  if (shared_in_routed_)
+    os << "the shared expert runs as routed expert " << routed_experts_
+       << " (every token one row after the routed rows, added with weight 1)\n";
   if (cfg_.expert_bias || cfg_.activation != Activation::swiglu)
     os << "epilogues: the biased instance (expert biases"
        << (cfg_.activation == Activation::clamped_swiglu ? ", the clamped SwiGLU" : "") << ")\n";
@@ -168,8 +173,9 @@ std::string LayerCore::plan_notes() const {
 }
 
 ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
-  FP4MOE_CHECK(s.rows >= 1 && s.rows * cfg_.top_k <= int64_t(permuted_pair_.size()) && s.tile_tokens >= 0 &&
-                   s.dense_rows >= 0 && s.dense_rows <= opts_.max_tokens,
+  FP4MOE_CHECK(s.rows >= 1 && permuted_rows(s.rows) <= int64_t(permuted_pair_.size()) && s.tile_tokens >= 0 &&
+                   s.dense_rows >= 0 && s.dense_rows <= opts_.max_tokens &&
+                   (!shared_in_routed_ || s.dense_rows == s.rows),
                "forward plan: " << s.rows << " rows (tiles for " << s.tile_tokens << " tokens, shared expert over "
                                 << s.dense_rows << ") do not fit the layer's workspace of max_tokens = "
                                 << opts_.max_tokens);
@@ -183,7 +189,8 @@ ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
   p.route = kernels::route_args(cfg_, correction_bias_.get(), s.rows, topk_ids_.get(), topk_weights_.get(), status_.get());
   kernels::PermuteArgs& pa = p.permute;
   pa.tokens = s.rows;
-  pa.experts = static_cast<int>(routed_->w13.experts);
+  pa.experts = static_cast<int>(routed_experts_);
+  pa.shared_rows = shared_in_routed_ ? s.dense_rows : 0;
   pa.expert_begin = static_cast<int>(expert_begin_);
   pa.global_experts = static_cast<int>(cfg_.num_experts);
   pa.top_k = static_cast<int>(cfg_.top_k);
@@ -216,6 +223,7 @@ ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
   f.accumulated = finalize_ == FinalizeMode::split ? nullptr : accumulate_.get();
   f.pair_pos = pair_pos_.get();
   f.shared_out = shared_ ? shared_y_.get() : nullptr;
+  f.shared_row0 = shared_in_routed_ ? offsets_.get() + routed_experts_ : nullptr;
   f.tokens = s.rows;
   f.hidden = cfg_.hidden;
   f.expert_stride = hidden_padded_;

@@ -101,6 +101,7 @@ void LayerCore::init_device(const MoeConfig& c, const LayerOptions& o) {
   const int64_t granule = granule_of(o);
   FP4MOE_CHECK(granule == 128 || granule == 256,
                "LayerOptions::feature_granule = " << o.feature_granule << " is not 0 (256), 128 or 256");
+  finalize_ = o.deterministic || o.finalize == FinalizeMode::automatic ? FinalizeMode::split : o.finalize;
   hidden_padded_ = padded_features(c.hidden, granule);
   intermediate_padded_ = padded_features(c.intermediate, granule);
   // (the shared expert reads the hidden states in place, at their own width)
@@ -142,31 +143,44 @@ void LayerCore::init_router(const uint16_t* w, const float* bias, bool on_device
   FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(blas_.get(), blas_workspace_.get(), blas_workspace_.bytes()));
 }
 
+// The shared expert as routed expert E: one more expert in both routed
+// projections (its weights after the routed ones'), one more row per token in
+// the routed GEMMs, added by the split finalize with weight 1 as before. Only
+// where it runs the same arithmetic as on its own: the routed experts' width
+// unpadded and format, no biases (the routed instance would add them), the
+// plain SwiGLU, bf16 rows, the split finalize (the fused one weighs each row).
+bool LayerCore::shared_joins_routed(Fp4Format routed, Fp4Format shared, int64_t routed_count) const {
+  return opts_.shared_expert_in_routed_gemms && cfg_.shared_expert && cfg_.shared_intermediate == cfg_.intermediate &&
+         intermediate_padded_ == cfg_.intermediate && !cfg_.expert_bias && cfg_.activation == Activation::swiglu &&
+         opts_.activations == ActivationFormat::bf16 && finalize_ == FinalizeMode::split && routed == shared &&
+         routed_count + 1 <= plan::GemmSmemLayout::kMaxExperts;
+}
+
 void LayerCore::init_workspace() {
-  finalize_ = opts_.deterministic || opts_.finalize == FinalizeMode::automatic ? FinalizeMode::split : opts_.finalize;
   const int64_t T = opts_.max_tokens, P = T * cfg_.top_k, H = cfg_.hidden, Hp = hidden_padded_;
+  const int64_t rows = permuted_rows(T);  // the routed GEMMs' rows, the shared expert's among them
   topk_ids_.resize(size_t(P));
   topk_weights_.resize(size_t(P));
   offsets_.resize(size_t(routed_->w13.experts + 1));
-  permuted_pair_.resize(size_t(P));
-  permuted_token_.resize(size_t(P));
+  permuted_pair_.resize(size_t(rows));
+  permuted_token_.resize(size_t(rows));
   pair_pos_.resize(size_t(P));
   dense_offsets_.resize(2);
   status_.resize(kernels::kStatusWords);
   status_.fill_bytes(0);
-  a2_.resize(size_t(P * intermediate_padded_));
-  if (finalize_ == FinalizeMode::split) y2_.resize(size_t(P * Hp));
+  a2_.resize(size_t(rows * intermediate_padded_));
+  if (finalize_ == FinalizeMode::split) y2_.resize(size_t(rows * Hp));
   else accumulate_.resize(size_t(T * Hp));
   // GEMM1's row copy (GemmStepLaunch::copies_rows): wherever tiles that load
   // their rows by TMA can run, and wherever H is padded; fp8 layers' GEMM1
   // reads its FP8 row copy instead.
   if ((device_.budget.has_wgmma() || Hp != H) && opts_.activations != ActivationFormat::fp8)
-    x_permuted_.resize(size_t(P * Hp));
+    x_permuted_.resize(size_t(rows * Hp));
   if (device_.budget.has_wgmma() && opts_.split_k) {
     split_k_.resize(size_t(plan::kSplitKWorkspaceBytes));
     split_k_.fill_bytes(0);  // the arrival counters; every launch leaves them zero
   }
-  if (cfg_.shared_expert) {
+  if (shared_) {
     shared_a2_.resize(size_t(T * cfg_.shared_intermediate));
     shared_y_.resize(size_t(T * H));
   }
@@ -215,17 +229,27 @@ LayerCore::LayerCore(const MoeConfig& cfg, const MoeWeights& w, const LayerOptio
                                      << "]; the model needs [" << cfg.intermediate << ", " << cfg.hidden << "] and ["
                                      << cfg.hidden << ", " << cfg.intermediate << "]");
   }
-  std::vector<const ExpertWeights*> routed;
-  for (const ExpertWeights& e : w.experts) routed.push_back(&e);
-  routed_ = std::make_unique<ExpertPair>(prepare_experts(routed, hidden_padded_, intermediate_padded_, cfg.expert_bias, cfg.activation));
-  if (cfg.shared_expert) {
+  if (cfg.shared_expert)
     FP4MOE_CHECK(w.shared.gate.rows == cfg.shared_intermediate && w.shared.gate.cols == cfg.hidden &&
+                     w.shared.up.rows == cfg.shared_intermediate && w.shared.up.cols == cfg.hidden &&
                      w.shared.down.rows == cfg.hidden && w.shared.down.cols == cfg.shared_intermediate,
-                 "MoeLayer: the shared expert has gate [" << w.shared.gate.rows << ", " << w.shared.gate.cols << "], down ["
+                 "MoeLayer: the shared expert has gate [" << w.shared.gate.rows << ", " << w.shared.gate.cols << "], up ["
+                                                          << w.shared.up.rows << ", " << w.shared.up.cols << "], down ["
                                                           << w.shared.down.rows << ", " << w.shared.down.cols
                                                           << "]; the model needs width " << cfg.shared_intermediate);
+  std::vector<const ExpertWeights*> routed;
+  for (const ExpertWeights& e : w.experts) routed.push_back(&e);
+  routed_experts_ = count;
+  const auto same_format = [&](const ExpertWeights& x) {
+    const Fp4Format f = w.experts[0].gate.format;
+    return x.gate.format == f && x.up.format == f && x.down.format == f;
+  };
+  shared_in_routed_ = cfg.shared_expert && same_format(w.shared) &&
+                      shared_joins_routed(w.experts[0].gate.format, w.shared.gate.format, count);
+  if (shared_in_routed_) routed.push_back(&w.shared);  // prepared as one more expert
+  routed_ = std::make_unique<ExpertPair>(prepare_experts(routed, hidden_padded_, intermediate_padded_, cfg.expert_bias, cfg.activation));
+  if (cfg.shared_expert && !shared_in_routed_)
     shared_ = std::make_unique<ExpertPair>(prepare_experts({&w.shared}, hidden_padded_, cfg.shared_intermediate, false, cfg.activation));
-  }
   if (cfg.use_correction_bias) {
     FP4MOE_CHECK(int64_t(w.correction_bias.size()) == cfg.num_experts,
                  "MoeLayer: correction_bias has " << w.correction_bias.size() << " entries, expected " << cfg.num_experts);
@@ -261,16 +285,19 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
                "MoeLayer: expert biases with a shared expert are not supported from device weights");
   expert_begin_ = w.expert_begin;
   // each [N, K] prepared at the padded sizes (H', I'), the tensors read at the model's own
+  // (room: expert slots left after them, where the shared expert joins the routed ones)
   auto pair = [&](const DeviceProjection& w13, const DeviceProjection& w2, int64_t experts, int64_t width,
-                  int64_t width_padded, const char* n13, const char* n2) {
+                  int64_t width_padded, const char* n13, const char* n2, int64_t room) {
     auto p = std::make_unique<ExpertPair>();
     p->w13 = prepare_on_device(w13, w.format, w.scale_layout, experts, 2 * width_padded, hidden_padded_, 2 * width, H,
-                               true, w.w13_order, n13);
+                               true, w.w13_order, n13, room);
     p->w2 = prepare_on_device(w2, w.format, w.scale_layout, experts, hidden_padded_, width_padded, H, width, false,
-                              GateUpOrder::gate_up, n2);
+                              GateUpOrder::gate_up, n2, room);
     return p;
   };
-  routed_ = pair(w.w13, w.w2, count, I, intermediate_padded_, "w13", "w2");
+  routed_experts_ = count;
+  shared_in_routed_ = cfg.shared_expert && shared_joins_routed(w.format, w.format, count);
+  routed_ = pair(w.w13, w.w2, count, I, intermediate_padded_, "w13", "w2", shared_in_routed_ ? 1 : 0);
   const size_t held = static_cast<size_t>(count);
   std::vector<std::vector<float>> gate_bias(held), up_bias(held), down_bias(held);
   if (cfg.expert_bias) {
@@ -287,10 +314,15 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
                 intermediate_padded_, cfg.expert_bias, cfg.activation);
   if (cfg.shared_expert) {
     shared_ = pair(w.shared_w13, w.shared_w2, 1, cfg.shared_intermediate, cfg.shared_intermediate, "shared w13",
-                   "shared w2");
+                   "shared w2", 0);
     const std::vector<std::vector<float>> none(1);
     attach_biases(*shared_, pointers(none), pointers(none), pointers(none), hidden_padded_, cfg.shared_intermediate,
                   false, cfg.activation);
+    if (shared_in_routed_) {  // into the slot left after the routed experts; one expert's bytes, then freed
+      place_experts(routed_->w13, count, shared_->w13, "MoeLayer: the shared expert among the routed w13");
+      place_experts(routed_->w2, count, shared_->w2, "MoeLayer: the shared expert among the routed w2");
+      shared_.reset();
+    }
   }
   if (cfg.use_correction_bias) {
     FP4MOE_CHECK(w.correction_bias, "MoeLayer: the model uses e_score_correction_bias; none was given");
@@ -314,9 +346,10 @@ int64_t LayerCore::weight_bytes() const {
 std::vector<LayerCore::Intermediate> LayerCore::intermediates(int64_t tokens) const {
   FP4MOE_CHECK(tokens >= 0 && tokens <= opts_.max_tokens,
                "intermediates: tokens = " << tokens << " is outside 0..max_tokens = " << opts_.max_tokens);
-  const size_t P = size_t(tokens * cfg_.top_k), T = size_t(tokens);
-  std::vector<Intermediate> v = {{"route: topk ids", topk_ids_.get(), P * 4},
-                                 {"route: topk weights", topk_weights_.get(), P * 4},
+  const size_t P = size_t(permuted_rows(tokens)), T = size_t(tokens);
+  const size_t pairs = size_t(tokens * cfg_.top_k);
+  std::vector<Intermediate> v = {{"route: topk ids", topk_ids_.get(), pairs * 4},
+                                 {"route: topk weights", topk_weights_.get(), pairs * 4},
                                  {"permute: offsets", offsets_.get(), offsets_.bytes()},
                                  {"permute: rows", permuted_pair_.get(), P * 4}};
   if (x_permuted_.size()) v.push_back({"GEMM1's row copy", x_permuted_.get(), P * size_t(hidden_padded_) * 2});

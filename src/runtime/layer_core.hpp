@@ -76,7 +76,9 @@ class LayerCore {
   const MoeConfig& config() const { return cfg_; }
   const LayerOptions& options() const { return opts_; }
   int64_t expert_begin() const { return expert_begin_; }
-  int64_t expert_count() const { return routed_->w13.experts; }
+  int64_t expert_count() const { return routed_experts_; }
+  // Whether the shared expert runs as routed expert E (LayerOptions::shared_expert_in_routed_gemms).
+  bool shared_in_routed() const { return shared_in_routed_; }
   FinalizeMode finalize_mode() const { return finalize_; }
   int64_t weight_bytes() const;
   int64_t workspace_bytes() const;
@@ -115,6 +117,9 @@ class LayerCore {
   void init_device(const MoeConfig& c, const LayerOptions& o);
   void init_router(const uint16_t* router_weight, const float* router_bias, bool on_device);
   void init_workspace();
+  bool shared_joins_routed(Fp4Format routed, Fp4Format shared, int64_t routed_count) const;
+  // Permuted rows of a forward over `tokens` tokens: k per token, and the shared expert's one.
+  int64_t permuted_rows(int64_t tokens) const { return tokens * (cfg_.top_k + (shared_in_routed_ ? 1 : 0)); }
   void init_activations();
   void permute(const ForwardPlan& plan, const int32_t* ids, cudaStream_t stream);
   void finalize(const ForwardPlan& plan, const float* weights, bool with_shared, __nv_bfloat16* out, float* sums,
@@ -134,6 +139,8 @@ class LayerCore {
   // that it adds nothing to the output.
   int64_t hidden_padded_ = 0, intermediate_padded_ = 0;
   int64_t expert_begin_ = 0;  // the model's experts held: [expert_begin, expert_begin + routed experts)
+  int64_t routed_experts_ = 0;  // routed experts held (routed_ holds one more: the shared expert, when shared_in_routed_)
+  bool shared_in_routed_ = false;
   DeviceBuffer<float> correction_bias_;
   // workspace
   DeviceBuffer<int32_t> topk_ids_, offsets_, permuted_pair_, permuted_token_, pair_pos_, dense_offsets_, status_;

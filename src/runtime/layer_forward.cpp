@@ -73,6 +73,8 @@ void LayerCore::forward(const ForwardPlan& plan, const ForwardArgs& in, cudaStre
 void LayerCore::routed_experts(const ForwardPlan& plan, const __nv_bfloat16* hidden, const int32_t* ids,
                                const float* weights, float* sums, cudaStream_t stream) {
   FP4MOE_CHECK(finalize_ == FinalizeMode::split, "routed_experts: the layer's finalize must be split (its fp32 sums)");
+  FP4MOE_CHECK(!shared_in_routed_, "routed_experts: the layer runs its shared expert among the routed ones "
+                                   "(LayerOptions::shared_expert_in_routed_gemms must be false here)");
   permute(plan, ids, stream);
   for (const GemmStepPlan& g : plan.gemms())
     if (!g.dense) enqueue_planned_gemm(g, hidden, weights, stream);

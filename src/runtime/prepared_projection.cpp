@@ -8,6 +8,22 @@
 #include "kernels/prepare_fp8_weights.hpp"
 
 namespace fp4moe {
+// Every buffer is [experts][...] in the prepared layout: an expert's bytes are
+// one contiguous piece of each.
+void place_experts(PreparedProjection& dst, int64_t at, const PreparedProjection& src, const char* what) {
+  FP4MOE_CHECK(dst.n == src.n && dst.k == src.k && dst.format == src.format && dst.scale_parts == src.scale_parts &&
+                   dst.activations == src.activations && !dst.biased() && !src.biased() && dst.row_scale.size() == 0 &&
+                   at >= 0 && at + src.experts <= dst.experts,
+               what << ": experts of [" << src.n << ", " << src.k << "] " << to_string(src.format) << " do not fit slots "
+                    << at << ".." << at + src.experts << " of [" << dst.n << ", " << dst.k << "] "
+                    << to_string(dst.format) << " x " << dst.experts);
+  const auto copy = [&](auto& d, const auto& s, int64_t per_expert) {
+    FP4MOE_CUDA_CHECK(cudaMemcpy(d.get() + at * per_expert, s.get(), s.bytes(), cudaMemcpyDeviceToDevice));
+  };
+  copy(dst.weights, src.weights, dst.n * dst.k / 2);
+  copy(dst.scales, src.scales, dst.n * dst.k / 16);
+  copy(dst.dequant_scale, src.dequant_scale, dst.scale_parts);
+}
 
 void PreparedProjection::convert_to_fp8(const char* what) {
   if (activations == plan::ActivationType::e4m3) return;

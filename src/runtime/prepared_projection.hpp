@@ -45,15 +45,21 @@ struct PreparedProjection {  // one prepared projection of all experts
   void convert_to_fp8(const char* what);
 };
 
+// Copies src's experts into dst's slots [at, at + src.experts) (the same
+// shape, format and scale parts, no biases; `what` names it in errors).
+// Synchronous, at construction.
+void place_experts(PreparedProjection& dst, int64_t at, const PreparedProjection& src, const char* what);
+
 struct ExpertPair {  // GEMM1 (gate/up interleaved) and GEMM2 (down) of a set of experts
   PreparedProjection w13, w2;
 };
 
 // Prepares one projection of `experts` experts from device tensors [n_src,
 // k_src] on the device (kernels/prepare_weights.cu) into the prepared [n, k],
-// padded with zero weights. `what` names it in errors.
+// padded with zero weights, with `room` more expert slots after them for
+// place_experts. `what` names it in errors.
 PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format format, ScaleLayout layout, int64_t experts,
                                      int64_t n, int64_t k, int64_t n_src, int64_t k_src, bool gated,
-                                     GateUpOrder order, const char* what);
+                                     GateUpOrder order, const char* what, int64_t room = 0);
 
 }  // namespace fp4moe

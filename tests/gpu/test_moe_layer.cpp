@@ -12,6 +12,7 @@
 #include "gpu_test_util.hpp"
 #include "runtime/captured_graph.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/layer_core.hpp"
 
 namespace fp4moe {
 namespace {
@@ -102,6 +103,42 @@ TEST(GpuMoeLayer, PresetsAgainstTheReference) {
         expect_matches_reference(c, g, std::string(name) + " T=" + std::to_string(T) +
                                            (mode == FinalizeMode::split ? " split" : " fused"));
       }
+    }
+  }
+}
+
+// The shared expert as one more routed expert (LayerOptions::shared_expert_in_routed_gemms):
+// taken with the split finalize, not with the fused one or when switched off; the
+// same reference either way; deterministic (a second run and a graph replay equal
+// the first bitwise); the routed GEMMs' rows past the routed ones are the shared
+// expert's, so every T from 1 up checks where its rows start.
+TEST(GpuMoeLayer, SharedExpertInTheRoutedGemmsAgainstTheReference) {
+  FP4MOE_REQUIRE_GPU();
+  for (const char* name : {"glm5-small", "deepseek-v3-small"}) {
+    for (int64_t T : {1, 2, 3, 5, 8, 64, 1000}) {
+      const LayerCase c = make_case(name, T, 300 + uint64_t(T));
+      for (const bool in_routed : {true, false}) {
+        LayerOptions o;
+        o.max_tokens = T == 8 ? 40 : T;  // (T = 8 below max_tokens: rows past the shared expert's are filled)
+        o.finalize = FinalizeMode::split;
+        o.shared_expert_in_routed_gemms = in_routed;
+        MoeLayer layer(c.cfg, c.w, o);
+        ASSERT_EQ(layer.core().shared_in_routed(), in_routed) << name;
+        EXPECT_EQ(layer.describe(T).find("runs as routed expert") != std::string::npos, in_routed) << layer.describe(T);
+        EXPECT_EQ(layer.describe(T).find("shared GEMM1") == std::string::npos, in_routed) << layer.describe(T);
+        const GpuRun g = run_layer(layer, c);
+        expect_matches_reference(c, g, std::string(name) + " T=" + std::to_string(T) +
+                                           (in_routed ? " shared in routed" : " shared apart"));
+        if (in_routed) {
+          EXPECT_EQ(run_layer(layer, c).out, g.out) << name << " T=" << T << ": a second run differs";
+          EXPECT_EQ(run_layer(layer, c, true).out, g.out) << name << " T=" << T << ": the graph replay differs";
+        }
+      }
+      LayerOptions fused;
+      fused.max_tokens = T;
+      fused.finalize = FinalizeMode::fused;
+      fused.shared_expert_in_routed_gemms = true;
+      EXPECT_FALSE(MoeLayer(c.cfg, c.w, fused).core().shared_in_routed()) << name << ": the fused finalize adds no rows";
     }
   }
 }
@@ -272,6 +309,7 @@ TEST(GpuMoeLayer, FullGlm5AtSixtyFourTokens) {
   LayerOptions o;
   o.max_tokens = 64;
   o.use_tune_cache = false;  // the planner's tiles, whose split the assertion below expects
+  o.shared_expert_in_routed_gemms = false;  // the shared expert's own GEMMs, which split
   MoeLayer layer(c.cfg, c.w, o);
   const std::string plan = layer.describe(64);
   std::printf("%s", plan.c_str());

@@ -53,7 +53,10 @@ void expect_one_rank_equals_single_gpu(Fp4Format format, ActivationFormat activa
   o.max_tokens = 64;
   o.finalize = FinalizeMode::split;
   o.activations = activations;
-  MoeLayer single(c, w, o);
+  // the parallel layer runs the shared expert apart (over the rank's own tokens); so must its reference
+  LayerOptions single_options = o;
+  single_options.shared_expert_in_routed_gemms = false;
+  MoeLayer single(c, w, single_options);
   for (ParallelMode mode : {ParallelMode::expert_allgather, ParallelMode::expert_alltoall, ParallelMode::tensor}) {
     ParallelMoeLayer par(c, w, mode, comms[0], o);
     EXPECT_EQ(par.ranks(), 1);

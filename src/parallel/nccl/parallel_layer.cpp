@@ -70,6 +70,8 @@ ParallelMoeLayer::ParallelMoeLayer(const MoeConfig& cfg, const MoeWeights& weigh
   const int64_t G = p.ranks, T = opts.max_tokens, H = cfg.hidden, k = cfg.top_k;
   LayerOptions local = opts;
   local.finalize = FinalizeMode::split;  // the partial sums are the split finalize's fp32 sums
+  // the shared expert runs over the rank's own tokens, the routed experts over every rank's rows
+  local.shared_expert_in_routed_gemms = false;
   local.device = device;
   if (mode == ParallelMode::expert_allgather) {
     const parallel::ExpertRange r = parallel::expert_range(cfg, p.rank, p.ranks);
