@@ -12,6 +12,7 @@
 #include "fp4moe/reference.hpp"
 #include "gpu_test_util.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/layer_core.hpp"
 #include "runtime/prepared_projection.hpp"
 
 namespace fp4moe {
@@ -182,14 +183,21 @@ TEST(GpuDeviceWeights, LayerFromDeviceTensorsEqualsTheHostLayerAndRoutedEqualsRo
     const int64_t T = 37;
     const test::Bf16Matrix x = test::random_bf16(T * l.cfg.hidden, 8);
     const std::vector<float> logits = gaussian_logits(T, l.cfg.num_experts, 9);
-    LayerOptions o;
-    o.max_tokens = 64;
-    o.finalize = FinalizeMode::split;
-    MoeLayer host(l.cfg, l.w, o), dev(l.cfg, l.device(0, -1), o);
-    const std::vector<uint16_t> a = forward(host, x, &logits, nullptr, T), b = forward(dev, x, &logits, nullptr, T);
-    EXPECT_EQ(a, b) << name << ": the layer from device tensors differs from the host-built one";
-    const Routing r = route_reference(l.cfg, logits.data(), T, l.w.correction_bias);
-    EXPECT_EQ(forward(dev, x, nullptr, &r, T), a) << name << ": forward_routed with the router's choice differs";
+    for (const bool shared_in_routed : {false, true}) {
+      const std::string what = std::string(name) + (shared_in_routed ? " (shared expert in the routed GEMMs)" : "");
+      LayerOptions o;
+      o.max_tokens = 64;
+      o.finalize = FinalizeMode::split;
+      // device weights take the shared expert into a slot left after the routed ones (place_experts)
+      o.shared_expert_in_routed_gemms = shared_in_routed;
+      MoeLayer host(l.cfg, l.w, o), dev(l.cfg, l.device(0, -1), o);
+      EXPECT_EQ(dev.core().shared_in_routed(), shared_in_routed && l.cfg.shared_expert) << what;
+      EXPECT_EQ(dev.weight_bytes(), host.weight_bytes()) << what;
+      const std::vector<uint16_t> a = forward(host, x, &logits, nullptr, T), b = forward(dev, x, &logits, nullptr, T);
+      EXPECT_EQ(a, b) << what << ": the layer from device tensors differs from the host-built one";
+      const Routing r = route_reference(l.cfg, logits.data(), T, l.w.correction_bias);
+      EXPECT_EQ(forward(dev, x, nullptr, &r, T), a) << what << ": forward_routed with the router's choice differs";
+    }
   }
 }
 
