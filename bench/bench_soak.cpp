@@ -260,7 +260,7 @@ class SoakThread {
           if (again[i] != steps_[i]) {
             step = names[i].step +
                    where_bf16_differ(again[i], steps_[i],
-                                     tokens * (cfg_.top_k + (s.layer->core().shared_in_routed() ? 1 : 0)));
+                                     s.layer->core().permuted_rows(tokens));
             break;
           }
       }

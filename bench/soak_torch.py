@@ -180,7 +180,8 @@ def main():
     ap.add_argument("--device-slack-mb", type=int, default=16, help="device memory growth after warm-up that is not a leak")
     a = ap.parse_args()
     for name, v, least in (("--threads", a.threads, 1), ("--max-tokens", a.max_tokens, 1),
-                           ("--check-every", a.check_every, 1), ("--fault-every", a.fault_every, 0)):
+                           ("--check-every", a.check_every, 1), ("--fault-every", a.fault_every, 0),
+                           ("--device-slack-mb", a.device_slack_mb, 0)):
         if v < least:
             raise SystemExit(f"soak_torch: {name} = {v} must be at least {least}")
     if not a.seconds > 0:

@@ -71,7 +71,7 @@ struct LayerCases {
     // (the shared expert among the routed experts: one more active expert and a row per token in
     // this GEMM's time, so in its bytes and FLOPs too; the cuBLAS peer has the routed rows only)
     const bool with_shared = layer.core().shared_in_routed();
-    const int64_t P = T * (cfg.top_k + (with_shared ? 1 : 0)), I = cfg.intermediate, H = cfg.hidden;
+    const int64_t P = layer.core().permuted_rows(T), I = cfg.intermediate, H = cfg.hidden;
     const double wbytes = double(active + (with_shared ? 1 : 0)) * double(sh.n * sh.k) * bytes_per_weight;
     const double in_rows = sh.n == 2 * I ? double(T) : double(P), out_cols = sh.n == 2 * I ? double(I) : double(H);
     const double bytes = wbytes + in_rows * double(sh.k) * 2 + double(P) * out_cols * 2;

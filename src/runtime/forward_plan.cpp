@@ -96,11 +96,10 @@ GemmStepLaunch LayerCore::prepare(const GemmSpec& g, const TileChoice& c) const 
 std::vector<LayerCore::GemmSpec> LayerCore::gemm_specs(const PlanShape& s) const {
   using kernels::GemmEpilogue;
   // (the shared expert among the routed experts: one more row per token, one more active expert)
-  const int64_t P = permuted_rows(s.rows), with_shared = shared_in_routed_ ? 1 : 0;
+  const int64_t P = permuted_rows(s.rows);
   const bool split = finalize_ == FinalizeMode::split;
-  const double per_expert =
-      double(s.tile_tokens * (cfg_.top_k + with_shared)) / double(cfg_.num_experts + with_shared);
-  const int64_t active = std::min<int64_t>(routed_experts_, s.tile_tokens * cfg_.top_k) + with_shared;
+  const double per_expert = rows_per_expert(s.tile_tokens);
+  const int64_t active = std::min<int64_t>(routed_experts_, s.tile_tokens * cfg_.top_k) + (shared_in_routed_ ? 1 : 0);
   const __nv_bfloat16* hidden_stand_in = a2_.get();
   GemmOperands common;
   common.offsets_ready_at_launch = true;  // written by permute, never by the kernel right before a GEMM

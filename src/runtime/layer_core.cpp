@@ -149,10 +149,10 @@ void LayerCore::init_router(const uint16_t* w, const float* bias, bool on_device
 // where it runs the same arithmetic as on its own: the routed experts' width
 // unpadded and format, no biases (the routed instance would add them), the
 // plain SwiGLU, bf16 rows, the split finalize (the fused one weighs each row).
-bool LayerCore::shared_joins_routed(Fp4Format routed, Fp4Format shared, int64_t routed_count) const {
+bool LayerCore::shared_joins_routed(bool same_format, int64_t routed_count) const {
   return opts_.shared_expert_in_routed_gemms && cfg_.shared_expert && cfg_.shared_intermediate == cfg_.intermediate &&
          intermediate_padded_ == cfg_.intermediate && !cfg_.expert_bias && cfg_.activation == Activation::swiglu &&
-         opts_.activations == ActivationFormat::bf16 && finalize_ == FinalizeMode::split && routed == shared &&
+         opts_.activations == ActivationFormat::bf16 && finalize_ == FinalizeMode::split && same_format &&
          routed_count + 1 <= plan::GemmSmemLayout::kMaxExperts;
 }
 
@@ -244,8 +244,7 @@ LayerCore::LayerCore(const MoeConfig& cfg, const MoeWeights& w, const LayerOptio
     const Fp4Format f = w.experts[0].gate.format;
     return x.gate.format == f && x.up.format == f && x.down.format == f;
   };
-  shared_in_routed_ = cfg.shared_expert && same_format(w.shared) &&
-                      shared_joins_routed(w.experts[0].gate.format, w.shared.gate.format, count);
+  shared_in_routed_ = shared_joins_routed(cfg.shared_expert && same_format(w.shared), count);
   if (shared_in_routed_) routed.push_back(&w.shared);  // prepared as one more expert
   routed_ = std::make_unique<ExpertPair>(prepare_experts(routed, hidden_padded_, intermediate_padded_, cfg.expert_bias, cfg.activation));
   if (cfg.shared_expert && !shared_in_routed_)
@@ -296,7 +295,7 @@ LayerCore::LayerCore(const MoeConfig& cfg, const DeviceMoeWeights& w, const Laye
     return p;
   };
   routed_experts_ = count;
-  shared_in_routed_ = cfg.shared_expert && shared_joins_routed(w.format, w.format, count);
+  shared_in_routed_ = shared_joins_routed(true, count);  // (one format for every tensor)
   routed_ = pair(w.w13, w.w2, count, I, intermediate_padded_, "w13", "w2", shared_in_routed_ ? 1 : 0);
   const size_t held = static_cast<size_t>(count);
   std::vector<std::vector<float>> gate_bias(held), up_bias(held), down_bias(held);

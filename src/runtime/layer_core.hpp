@@ -79,6 +79,12 @@ class LayerCore {
   int64_t expert_count() const { return routed_experts_; }
   // Whether the shared expert runs as routed expert E (LayerOptions::shared_expert_in_routed_gemms).
   bool shared_in_routed() const { return shared_in_routed_; }
+  // The routed GEMMs' rows over `tokens` tokens: k per token, and the shared expert's one where it runs there.
+  int64_t permuted_rows(int64_t tokens) const { return tokens * (cfg_.top_k + (shared_in_routed_ ? 1 : 0)); }
+  // Their rows per expert on average: what the tiles are chosen for and tuned by.
+  double rows_per_expert(int64_t tokens) const {
+    return double(permuted_rows(tokens)) / double(cfg_.num_experts + (shared_in_routed_ ? 1 : 0));
+  }
   FinalizeMode finalize_mode() const { return finalize_; }
   int64_t weight_bytes() const;
   int64_t workspace_bytes() const;
@@ -117,9 +123,7 @@ class LayerCore {
   void init_device(const MoeConfig& c, const LayerOptions& o);
   void init_router(const uint16_t* router_weight, const float* router_bias, bool on_device);
   void init_workspace();
-  bool shared_joins_routed(Fp4Format routed, Fp4Format shared, int64_t routed_count) const;
-  // Permuted rows of a forward over `tokens` tokens: k per token, and the shared expert's one.
-  int64_t permuted_rows(int64_t tokens) const { return tokens * (cfg_.top_k + (shared_in_routed_ ? 1 : 0)); }
+  bool shared_joins_routed(bool same_format, int64_t routed_count) const;
   void init_activations();
   void permute(const ForwardPlan& plan, const int32_t* ids, cudaStream_t stream);
   void finalize(const ForwardPlan& plan, const float* weights, bool with_shared, __nv_bfloat16* out, float* sums,

@@ -26,9 +26,7 @@ std::vector<MoeLayer::TuneRow> LayerCore::tune(const std::vector<int64_t>& token
   std::set<int64_t> seen;
   for (int64_t T : tokens) {
     FP4MOE_CHECK(T >= 1 && T <= opts_.max_tokens, "tune: tokens = " << T << " is outside 1..max_tokens = " << opts_.max_tokens);
-    // (the routed GEMMs' rows per expert: the shared expert's among them where it runs there)
-    const int64_t with_shared = shared_in_routed_ ? 1 : 0;
-    const int64_t b = plan::token_bucket(double(T * (c.top_k + with_shared)) / double(c.num_experts + with_shared));
+    const int64_t b = plan::token_bucket(rows_per_expert(T));
     if (seen.insert(b).second) jobs.emplace_back(T, b);
   }
 
