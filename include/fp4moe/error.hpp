@@ -12,6 +12,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// A device allocation that did not fit: an Error naming the size asked for
+// and what the device had free, which a caller may catch apart.
+class OutOfDeviceMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace fp4moe
 
 // Host-boundary check: FP4MOE_CHECK(cond, "K = " << k << " is not a multiple of 16")

@@ -19,7 +19,7 @@ void throw_allocation_failure(cudaError_t err, size_t bytes) {
   // (an allocation failure is not sticky: the device still answers, and the error is cleared)
   if (err == cudaErrorMemoryAllocation && cudaGetDevice(&dev) == cudaSuccess && cudaMemGetInfo(&free_b, &total) == cudaSuccess) {
     (void)cudaGetLastError();
-    throw Error("out of device memory: " + gib(bytes) + " asked for with " + gib(free_b) + " of " + gib(total) +
+    throw OutOfDeviceMemory("out of device memory: " + gib(bytes) + " asked for with " + gib(free_b) + " of " + gib(total) +
                 " free on device " + std::to_string(dev));
   }
   throw Error(std::string("cudaMalloc of ") + std::to_string(bytes) + " bytes failed: " + cudaGetErrorName(err) + " (" +

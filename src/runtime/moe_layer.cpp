@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <string>
-#include <string_view>
 
 #include "common/cuda_check.hpp"
 #include "fp4moe/error.hpp"
@@ -20,9 +19,8 @@ template <class Weights>
 std::unique_ptr<LayerCore> make_core(const MoeConfig& cfg, const Weights& weights, const LayerOptions& opts) {
   try {
     return std::make_unique<LayerCore>(cfg, weights, opts);
-  } catch (const Error& e) {
-    if (std::string_view(e.what()).find("out of device memory") == std::string_view::npos) throw;
-    throw Error("MoeLayer '" + cfg.name + "' (max_tokens = " + std::to_string(opts.max_tokens) + "): " + e.what() +
+  } catch (const OutOfDeviceMemory& e) {
+    throw OutOfDeviceMemory("MoeLayer '" + cfg.name + "' (max_tokens = " + std::to_string(opts.max_tokens) + "): " + e.what() +
                 "; what it had allocated is freed");
   }
 }
