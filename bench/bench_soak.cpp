@@ -69,6 +69,12 @@ struct Options {
   // driver's own bookkeeping (16 MB); a leak of a forward's buffers is far larger.
   // Under compute-sanitizer the tool's own device allocations count too.
   int64_t device_slack_mb = 16;
+  // What the host memory the process holds (its RSS once malloc_trim has handed the
+  // allocator's free pages back) may vary by after warm-up, beside the forward plans
+  // made after it (a bounded cache, counted apart): a leak of a forward's host
+  // objects reaches this within seconds. Under compute-sanitizer the tool's own
+  // host memory counts too.
+  int64_t host_slack_mb = 256;
   int min_layers = 16;
   double seconds = 60;
   int threads = 4;
@@ -98,6 +104,13 @@ int64_t host_rss_bytes() {
   int64_t pages = 0, rss = 0;
   f >> pages >> rss;
   return rss * 4096;
+}
+
+// The host memory the process holds: its RSS once the allocator has handed back
+// the free pages it keeps in its arenas (those are RSS but no one's).
+int64_t host_held_bytes() {
+  malloc_trim(0);
+  return host_rss_bytes();
 }
 
 int64_t device_used_bytes() {
@@ -427,6 +440,10 @@ int main(int argc, char** argv) {
   app.add_option("--layers", o.layers, "Resident layers (0: as many as fit in --memory-fraction)")->check(CLI::Range(0, 4096));
   app.add_option("--device-slack-mb", o.device_slack_mb, "Device memory growth after warm-up that is not a leak")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+  app.add_option("--host-slack-mb", o.host_slack_mb,
+                 "Growth of the host memory held (RSS after malloc_trim) after warm-up, beside the plans made after it, "
+                 "that is not a leak")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   app.add_option("--memory-fraction", o.memory_fraction, "Share of device memory the layers may take")
       ->check(CLI::Range(0.05, 0.95));
   app.add_option("--min-layers", o.min_layers, "Fewest layers --layers 0 may settle for")->check(CLI::Range(1, 4096));
@@ -500,7 +517,7 @@ int main(int argc, char** argv) {
     const auto t_warm = Clock::now();
     for (auto& wk : workers) wk->warm_up();
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-    const int64_t dev_warm = device_used_bytes(), host_warm = host_rss_bytes();
+    const int64_t dev_warm = device_used_bytes(), host_warm = host_rss_bytes(), held_warm = host_held_bytes();
     // (a layer's plans all hold as many GEMM steps, so one plan's bytes stand for each)
     const int64_t plan_bytes = int64_t(slots.front()->layer->core().plan(1)->bytes());
     const auto plans_held = [&] {
@@ -516,6 +533,10 @@ int main(int argc, char** argv) {
     std::atomic<bool> running{true};
     std::vector<std::pair<double, int64_t>> device_samples;
     std::vector<int64_t> host_samples;
+    // the host memory held, at a tenth of the run apart: a leak climbs through them, a
+    // cache that warm-up did not fill levels off
+    std::vector<std::pair<double, int64_t>> held_samples;
+    const double held_every_s = std::max(5.0, o.seconds / 10);
     const auto t0 = Clock::now();
     std::string sampler_error;
     std::thread sampler([&] {
@@ -524,6 +545,8 @@ int main(int argc, char** argv) {
         while (running) {
           device_samples.push_back({std::chrono::duration<double>(Clock::now() - t0).count(), device_used_bytes()});
           host_samples.push_back(host_rss_bytes());
+          const double now = std::chrono::duration<double>(Clock::now() - t0).count();
+          if (now >= double(held_samples.size() + 1) * held_every_s) held_samples.push_back({now, host_held_bytes()});
           std::this_thread::sleep_for(std::chrono::milliseconds(250));
         }
       } catch (const std::exception& e) {
@@ -581,10 +604,7 @@ int main(int argc, char** argv) {
       for (const auto& [b, d] : s->plans_at_start) plans_changed += s->layer->describe(b) != d;
     // memory during the run against its level after warm-up
     const int64_t dev_end = device_samples.back().second, host_end = host_samples.back();
-    // What the allocator keeps of freed memory (its arenas' free pages) is RSS but no
-    // one's: handed back, the rest is what the process still holds.
-    malloc_trim(0);
-    const int64_t host_trimmed = host_rss_bytes();
+    const int64_t held_end = host_held_bytes();
     int64_t dev_max_after_warm = 0, host_max = 0;
     for (const auto& [t, b] : device_samples) dev_max_after_warm = std::max(dev_max_after_warm, b);
     for (int64_t b : host_samples) host_max = std::max(host_max, b);
@@ -615,10 +635,14 @@ int main(int argc, char** argv) {
                             {"changed", tune_cache_changed}};
     report["device_bytes"] = {{"before_layers", used_before}, {"after_warm_up", dev_warm}, {"max_after_warm_up", dev_max_after_warm},
                               {"end", dev_end}};
-    report["host_rss_bytes"] = {{"after_warm_up", host_warm}, {"max", host_max}, {"end", host_end},
-                                  {"end_after_malloc_trim", host_trimmed}};
-    // the forward plans of token counts first seen after warm-up, part of the host RSS's rise
+    report["host_rss_bytes"] = {{"after_warm_up", host_warm}, {"max", host_max}, {"end", host_end}};
+    json held = json::array();
+    for (const auto& [t, b] : held_samples) held.push_back({{"seconds", t}, {"bytes", b}});
+    report["host_held_bytes"] = {{"after_warm_up", held_warm}, {"during", held}, {"end", held_end}};
+    // the forward plans of token counts first seen after warm-up, part of the host memory's rise
     const int64_t plans_end = plans_held();
+    const int64_t plans_made_bytes = (plans_end - plans_warm) * plan_bytes;
+    const int64_t held_growth = held_end - held_warm - plans_made_bytes;
     report["forward_plans"] = {{"after_warm_up", plans_warm}, {"end", plans_end}, {"bytes_each", plan_bytes}};
     report["thread_errors"] = thread_errors;
     report["mismatch_cases"] = all.mismatch_cases;
@@ -638,18 +662,28 @@ int main(int argc, char** argv) {
       if (!neighbour_errors[t].empty()) thread_failed = true, fmt::print("  memory-streaming thread {} stopped: {}\n", t, neighbour_errors[t]);
     fmt::print("bench_soak: {} forwards ({} from graphs) in {:.0f} s, {:.0f} tokens/s; {} checks, {} mismatches; {} CPU "
                "references, {} failed (worst {:.2e}); {} faults, {} mishandled; {} plans changed; tune cache {}; device memory {:.2f} GB after warm-up, "
-               "{:.2f} GB at most, {:.2f} GB at the end; host RSS {:.2f} -> {:.2f} GB ({:.2f} after malloc_trim); forward plans {} -> {} ({:.2f} GB made after warm-up)\n",
+               "{:.2f} GB at most, {:.2f} GB at the end; host RSS {:.2f} -> {:.2f} GB; host memory held {:.2f} -> {:.2f} GB; forward plans {} -> {} ({:.2f} GB made after warm-up)\n",
                all.forwards, all.graph_forwards, ran_s, double(all.tokens) / ran_s, all.checks, all.mismatches,
                all.references, all.reference_failures, all.worst_reference_error, all.faults, all.faults_mishandled, plans_changed,
                tune_cache_changed ? "CHANGED" : tune_cache_before.empty() ? "absent, not written" : "unchanged", double(dev_warm) / 1e9,
                double(dev_max_after_warm) / 1e9, double(dev_end) / 1e9, double(host_warm) / 1e9, double(host_end) / 1e9,
-               double(host_trimmed) / 1e9, plans_warm, plans_end, double((plans_end - plans_warm) * plan_bytes) / 1e9);
+               double(held_warm) / 1e9, double(held_end) / 1e9, plans_warm, plans_end, double(plans_made_bytes) / 1e9);
+    if (!held_samples.empty()) {
+      std::string line;
+      for (const auto& [t, b] : held_samples) line += fmt::format(" {:.0f}s {:.3f}", t, double(b) / 1e9);
+      fmt::print("bench_soak: host memory held during the run (GB):{}\n", line);
+    }
+    const bool host_grew = held_growth > (o.host_slack_mb << 20);
+    if (host_grew)
+      fmt::print("bench_soak: the host memory held grew by {:.3f} GB after warm-up beside the plans made after it "
+                 "(--host-slack-mb {})\n", double(held_growth) / 1e9, o.host_slack_mb);
     for (const auto* list : {&all.mismatch_cases, &all.reference_cases, &all.fault_cases})
       for (const auto& p : *list) fmt::print("  {}\n", p);
     for (size_t t = 0; t < thread_errors.size(); ++t)
       if (!thread_errors[t].empty()) fmt::print("  thread {} stopped: {}\n", t, thread_errors[t]);
     const bool ok = !thread_failed && all.mismatches == 0 && all.reference_failures == 0 && all.faults_mishandled == 0 &&
-                    plans_changed == 0 && !tune_cache_changed && dev_max_after_warm <= dev_warm + (o.device_slack_mb << 20);
+                    plans_changed == 0 && !tune_cache_changed && dev_max_after_warm <= dev_warm + (o.device_slack_mb << 20) &&
+                    !host_grew;
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_soak: {}\n", e.what());

@@ -7,14 +7,22 @@ power-of-two bucket. Every check_every-th forward of a layer is recomputed
 eagerly and compared bitwise (the layers are deterministic). Bad requests are
 interleaved (T above max_tokens, a float32 hidden state, a NaN in one token's
 hidden state); each must raise naming what was wrong, and the next good
-forward on the layer is checked. Device memory (torch.cuda.mem_get_info) and
-the host RSS are sampled; the run fails on a mismatch, a mishandled bad
-request, a thread error or device memory above its level after warm-up.
+forward on the layer is checked. Device memory is sampled in two parts: what
+PyTorch's caching allocator has reserved (the client's: it keeps freed blocks
+and may split and add segments as the comparisons' temporaries come and go) and
+everything else on the device, the layers' weights and workspaces among it. The
+run fails on a mismatch, a mishandled bad request, a thread error, device memory
+outside PyTorch's allocator above its level after warm-up, or more live PyTorch
+tensors at the end than after warm-up. The host memory held (the RSS once
+malloc_trim has handed the allocator's free pages back) is sampled at a tenth
+of the run apart and reported.
 
   python3 bench/soak_torch.py --model glm5-small --layers 4 --seconds 60 --out soak_torch.json
 """
 
 import argparse
+import ctypes
+import gc
 import json
 import math
 import random
@@ -32,6 +40,26 @@ import fp4moe.torch as ft
 def host_rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
+
+
+_libc = ctypes.CDLL(None)
+
+
+def host_held():
+    """The RSS once the C allocator has handed back the free pages its arenas keep."""
+    _libc.malloc_trim(0)
+    return host_rss()
+
+
+def device_parts():
+    """(device memory in use, of it what PyTorch's caching allocator has reserved),
+    read between two equal readings of the reservation so that a segment another
+    thread adds meanwhile is not counted as ours."""
+    while True:
+        r0 = torch.cuda.memory_reserved()
+        free, total = torch.cuda.mem_get_info()
+        if torch.cuda.memory_reserved() == r0:
+            return total - free, r0
 
 
 def buckets(max_tokens):
@@ -203,15 +231,21 @@ def main():
     for w in workers:
         w.warm_up()
     torch.cuda.synchronize()
-    free, total_bytes = torch.cuda.mem_get_info()
-    dev_warm = total_bytes - free
+    gc.collect()
+    dev_warm, reserved_warm = device_parts()
+    live_warm = torch.cuda.memory_allocated()
     host_warm = host_rss()
-    samples, running = [], [True]
+    held_warm = host_held()
+    samples, held, running = [], [], [True]
+    held_every = max(5.0, a.seconds / 10)
 
     def sample():
         while running[0]:
-            free, total = torch.cuda.mem_get_info()
-            samples.append((total - free, host_rss()))
+            used, reserved = device_parts()
+            samples.append((used, reserved, host_rss()))
+            now = time.monotonic() - t0
+            if now >= (len(held) + 1) * held_every:
+                held.append((now, host_held()))
             time.sleep(0.25)
 
     latency = [{} for _ in workers]
@@ -228,7 +262,14 @@ def main():
     sampler.join()
     ran = time.monotonic() - t0
     total = {k: sum(w.tally[k] for w in workers) for k in workers[0].tally}
-    dev_max = max(s[0] for s in samples) if samples else dev_warm
+    torch.cuda.synchronize()
+    gc.collect()
+    live_end = torch.cuda.memory_allocated()
+    held_end = host_held()
+    outside_warm = dev_warm - reserved_warm
+    dev_max = max((s[0] for s in samples), default=dev_warm)
+    outside_max = max((s[0] - s[1] for s in samples), default=outside_warm)
+    reserved_max = max((s[1] for s in samples), default=reserved_warm)
     lat = {}
     for d in latency:
         for b, v in d.items():
@@ -240,8 +281,14 @@ def main():
     errors = [w.error for w in workers if w.error]
     report = dict(model=a.model, format=fmt, layers=a.layers, threads=a.threads, seconds=ran, seed=a.seed,
                   max_tokens=a.max_tokens, tokens_per_second=total["tokens"] / ran, **total,
-                  device_bytes=dict(after_warm_up=dev_warm, max_after_warm_up=dev_max),
-                  host_rss_bytes=dict(after_warm_up=host_warm, end=host_rss()), latency=rows,
+                  device_bytes=dict(after_warm_up=dev_warm, max_after_warm_up=dev_max,
+                                    outside_torch_allocator=dict(after_warm_up=outside_warm, max_after_warm_up=outside_max),
+                                    torch_reserved=dict(after_warm_up=reserved_warm, max_after_warm_up=reserved_max),
+                                    torch_live_tensors=dict(after_warm_up=live_warm, end=live_end)),
+                  host_rss_bytes=dict(after_warm_up=host_warm, end=host_rss()),
+                  host_held_bytes=dict(after_warm_up=held_warm, during=[dict(seconds=t, bytes=b) for t, b in held],
+                                       end=held_end),
+                  latency=rows,
                   cases=[c for w in workers for c in w.cases], thread_errors=errors,
                   device=torch.cuda.get_device_name())
     with open(a.out, "w") as f:
@@ -251,11 +298,19 @@ def main():
         print(f"{r['bucket']:>6} {r['forwards']:>9} {r['p50_ms']:>9.3f} {r['p99_ms']:>9.3f}")
     print(f"soak_torch: {total['forwards']} forwards ({total['graph_forwards']} from graphs) in {ran:.0f} s through "
           f"torch.ops.fp4moe; {total['checks']} checks, {total['mismatches']} mismatches; {total['faults']} faults, "
-          f"{total['faults_mishandled']} mishandled; device memory {dev_warm / 1e9:.2f} GB after warm-up, "
-          f"{dev_max / 1e9:.2f} GB at most; host RSS {host_warm / 1e9:.2f} -> {host_rss() / 1e9:.2f} GB")
+          f"{total['faults_mishandled']} mishandled; device memory outside PyTorch's allocator {outside_warm / 1e9:.2f} GB "
+          f"after warm-up, {outside_max / 1e9:.2f} GB at most; PyTorch's reserved {reserved_warm / 1e9:.2f} -> at most "
+          f"{reserved_max / 1e9:.2f} GB, live tensors {live_warm / 1e9:.3f} -> {live_end / 1e9:.3f} GB; host RSS "
+          f"{host_warm / 1e9:.2f} -> {host_rss() / 1e9:.2f} GB; host memory held {held_warm / 1e9:.2f} -> {held_end / 1e9:.2f} GB")
+    if held:
+        print("soak_torch: host memory held during the run (GB):" + "".join(f" {t:.0f}s {b / 1e9:.3f}" for t, b in held))
     for c in report["cases"] + errors:
         print(f"  {c}")
-    grew = dev_max > dev_warm + (a.device_slack_mb << 20)
+    slack = a.device_slack_mb << 20
+    grew = outside_max > outside_warm + slack or live_end > live_warm + slack
+    if grew:
+        print(f"soak_torch: device memory grew after warm-up (outside PyTorch's allocator {outside_warm} -> {outside_max} "
+              f"bytes, live tensors {live_warm} -> {live_end} bytes; --device-slack-mb {a.device_slack_mb})")
     ok = not errors and total["mismatches"] == 0 and total["faults_mishandled"] == 0 and not grew
     return 0 if ok else 1
 

@@ -245,6 +245,8 @@ if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
     # synccheck's grow by about 2 GB in the first seconds; memcheck's and racecheck's did not grow.
     soak_s=5; [ "$tool" = racecheck ] && soak_s=30
     slack=256; [ "$tool" = synccheck ] && slack=4096
+    # the host memory the tool keeps inside the process: racecheck's grows by gigabytes
+    host_slack=256; [ "$tool" = racecheck ] && host_slack=16384
     compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/fp4moe_gpu_tests" \
       --gtest_filter="${SANITIZE_FILTER:-GpuMoeLayer.SplitFinalize*:GpuGroupedGemm.SkewedRouting*:GpuGroupedGemm.WarpgroupTilesSmallCase:GpuGroupedGemm.SplitKSmallCase:GpuGroupedGemm.EarlyStartSeesOffsetsWrittenTwoLaunchesBack:GpuPrepareFp8.*:GpuQuantizeRowsFp8.*:GpuGroupedGemmFp8.SplitK*}" > "$OUT/sanitizer_$tool.log" 2>&1
     rc=$?
@@ -253,7 +255,7 @@ if [ "$WHAT" = sanitize ] || [ "$WHAT" = all ]; then
     if [ -x "$BIN/bench_soak" ]; then
       compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/bench_soak" --model glm5-small --layers 2 --threads 2 \
         --max-tokens 64 --seconds $soak_s --faults --fault-every 5 --check-every 3 --reference-every 5 --device-slack-mb $slack \
-        --out "$OUT/sanitizer_soak_$tool.json" > "$OUT/sanitizer_soak_$tool.log" 2>&1
+        --host-slack-mb $host_slack --out "$OUT/sanitizer_soak_$tool.json" > "$OUT/sanitizer_soak_$tool.log" 2>&1
       rc=$?
       summary+=("compute-sanitizer $tool, soak short form: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY' "$OUT/sanitizer_soak_$tool.log" | tail -1)")
     fi
