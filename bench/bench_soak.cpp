@@ -85,6 +85,7 @@ struct Options {
   bool faults = false;
   bool split_k = true;
   bool plan_every_count = false;  // warm-up plans every token count, so no plan is made after it
+  int64_t max_plans = LayerOptions{}.max_plans;  // LayerOptions::max_plans (--plan-every-count: 0, every one kept)
   std::string out = "bench_soak.json";
 };
 
@@ -441,7 +442,7 @@ int main(int argc, char** argv) {
   app.add_option("--device-slack-mb", o.device_slack_mb, "Device memory growth after warm-up that is not a leak")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   app.add_option("--host-slack-mb", o.host_slack_mb,
-                 "Growth of the host memory held (RSS after malloc_trim) after warm-up, beside the plans made after it, "
+                 "Growth of the host memory held (RSS after malloc_trim) after warm-up, beside the plans held more, "
                  "that is not a leak")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   app.add_option("--memory-fraction", o.memory_fraction, "Share of device memory the layers may take")
@@ -458,7 +459,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   app.add_flag("--faults", o.faults, "Interleave bad requests");
   app.add_flag("--plan-every-count", o.plan_every_count,
-               "Warm-up makes every layer's plan of every token count 1..max-tokens (none is made after it)");
+               "Warm-up makes every layer's plan of every token count 1..max-tokens (none is made after it; "
+               "every one kept, as --max-plans 0)");
+  app.add_option("--max-plans", o.max_plans, "Forward plans a layer keeps (LayerOptions::max_plans; 0: every one)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   app.add_flag("!--no-split-k", o.split_k, "Never split a GEMM's K loop (LayerOptions::split_k)");
   app.add_option("--fault-every", o.fault_every, "A bad request every N requests of a thread")->check(CLI::Range(2, 1000000));
   app.add_option("--out", o.out, "JSON report");
@@ -475,6 +479,7 @@ int main(int argc, char** argv) {
     lo.max_tokens = o.max_tokens;
     lo.deterministic = true;
     lo.split_k = o.split_k;
+    lo.max_plans = o.plan_every_count ? 0 : o.max_plans;
     std::vector<std::unique_ptr<Slot>> slots;
     const int64_t used_before = device_used_bytes();
     size_t free_b = 0, total = 0;
@@ -525,7 +530,12 @@ int main(int argc, char** argv) {
       for (const auto& s : slots) n += int64_t(s->layer->core().plans_held());
       return n;
     };
-    const int64_t plans_warm = plans_held();
+    const auto plans_made = [&] {
+      int64_t n = 0;
+      for (const auto& s : slots) n += s->layer->core().plans_made();
+      return n;
+    };
+    const int64_t plans_warm = plans_held(), plans_made_warm = plans_made();
     fmt::print("bench_soak: every layer's plans and graphs for {} buckets made in {:.1f} s\n", buckets(o.max_tokens).size(),
                std::chrono::duration<double>(Clock::now() - t_warm).count());
     std::fflush(stdout);
@@ -640,10 +650,12 @@ int main(int argc, char** argv) {
     for (const auto& [t, b] : held_samples) held.push_back({{"seconds", t}, {"bytes", b}});
     report["host_held_bytes"] = {{"after_warm_up", held_warm}, {"during", held}, {"end", held_end}};
     // the forward plans of token counts first seen after warm-up, part of the host memory's rise
-    const int64_t plans_end = plans_held();
+    const int64_t plans_end = plans_held(), plans_made_run = plans_made() - plans_made_warm;
+    // the plans held beyond warm-up's (at most LayerOptions::max_plans a layer)
     const int64_t plans_made_bytes = (plans_end - plans_warm) * plan_bytes;
     const int64_t held_growth = held_end - held_warm - plans_made_bytes;
-    report["forward_plans"] = {{"after_warm_up", plans_warm}, {"end", plans_end}, {"bytes_each", plan_bytes}};
+    report["forward_plans"] = {{"after_warm_up", plans_warm}, {"end", plans_end}, {"bytes_each", plan_bytes},
+                               {"made_during_run", plans_made_run}, {"max_plans_per_layer", o.plan_every_count ? 0 : o.max_plans}};
     report["thread_errors"] = thread_errors;
     report["mismatch_cases"] = all.mismatch_cases;
     report["reference_cases"] = all.reference_cases;
@@ -662,12 +674,13 @@ int main(int argc, char** argv) {
       if (!neighbour_errors[t].empty()) thread_failed = true, fmt::print("  memory-streaming thread {} stopped: {}\n", t, neighbour_errors[t]);
     fmt::print("bench_soak: {} forwards ({} from graphs) in {:.0f} s, {:.0f} tokens/s; {} checks, {} mismatches; {} CPU "
                "references, {} failed (worst {:.2e}); {} faults, {} mishandled; {} plans changed; tune cache {}; device memory {:.2f} GB after warm-up, "
-               "{:.2f} GB at most, {:.2f} GB at the end; host RSS {:.2f} -> {:.2f} GB; host memory held {:.2f} -> {:.2f} GB; forward plans {} -> {} ({:.2f} GB made after warm-up)\n",
+               "{:.2f} GB at most, {:.2f} GB at the end; host RSS {:.2f} -> {:.2f} GB; host memory held {:.2f} -> {:.2f} GB; forward plans held {} -> {} ({:.2f} GB more), {} made during the run\n",
                all.forwards, all.graph_forwards, ran_s, double(all.tokens) / ran_s, all.checks, all.mismatches,
                all.references, all.reference_failures, all.worst_reference_error, all.faults, all.faults_mishandled, plans_changed,
                tune_cache_changed ? "CHANGED" : tune_cache_before.empty() ? "absent, not written" : "unchanged", double(dev_warm) / 1e9,
                double(dev_max_after_warm) / 1e9, double(dev_end) / 1e9, double(host_warm) / 1e9, double(host_end) / 1e9,
-               double(held_warm) / 1e9, double(held_end) / 1e9, plans_warm, plans_end, double(plans_made_bytes) / 1e9);
+               double(held_warm) / 1e9, double(held_end) / 1e9, plans_warm, plans_end, double(plans_made_bytes) / 1e9,
+               plans_made_run);
     if (!held_samples.empty()) {
       std::string line;
       for (const auto& [t, b] : held_samples) line += fmt::format(" {:.0f}s {:.3f}", t, double(b) / 1e9);
@@ -675,7 +688,7 @@ int main(int argc, char** argv) {
     }
     const bool host_grew = held_growth > (o.host_slack_mb << 20);
     if (host_grew)
-      fmt::print("bench_soak: the host memory held grew by {:.3f} GB after warm-up beside the plans made after it "
+      fmt::print("bench_soak: the host memory held grew by {:.3f} GB after warm-up beside the plans held more "
                  "(--host-slack-mb {})\n", double(held_growth) / 1e9, o.host_slack_mb);
     for (const auto* list : {&all.mismatch_cases, &all.reference_cases, &all.fault_cases})
       for (const auto& p : *list) fmt::print("  {}\n", p);

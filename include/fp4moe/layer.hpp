@@ -70,6 +70,11 @@ struct LayerOptions {
   // plain SwiGLU, bf16 activations and the split finalize. Off by default
   // (docs/planner.md, "The shared expert as one more routed expert").
   bool shared_expert_in_routed_gemms = false;
+  // Forward plans the layer keeps (one per token count it has run; about 7 KB
+  // each): beyond this many the least recently used is dropped and made again
+  // when next needed (tens of microseconds of host time). 0 keeps every one,
+  // up to max_tokens of them.
+  int64_t max_plans = 256;
 };
 
 // FP4 expert weights already on the GPU, in the layout a serving engine holds

@@ -97,6 +97,8 @@ void LayerCore::init_device(const MoeConfig& c, const LayerOptions& o) {
   cfg_ = c;
   opts_ = o;
   FP4MOE_CHECK(o.max_tokens >= 1, "LayerOptions::max_tokens = " << o.max_tokens << " must be at least 1");
+  FP4MOE_CHECK(o.max_plans >= 0, "LayerOptions::max_plans = " << o.max_plans << " must be 0 (no bound) or more");
+  plans_.set_capacity(size_t(o.max_plans));
   FP4MOE_CHECK(c.hidden % 8 == 0, "MoeLayer: hidden = " << c.hidden << " is not a multiple of 8");
   const int64_t granule = granule_of(o);
   FP4MOE_CHECK(granule == 128 || granule == 256,

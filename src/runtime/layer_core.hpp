@@ -47,9 +47,10 @@ class LayerCore {
   std::shared_ptr<const ForwardPlan> plan(int64_t tokens) const;
   std::shared_ptr<const ForwardPlan> plan(const PlanShape& shape) const;
   // The plans held: one per shape seen since the last tune (ForwardPlan::bytes()
-  // each), never dropped (a bound on the host memory they take is max_tokens
-  // of them).
+  // each), at most LayerOptions::max_plans of them (the least recently used
+  // dropped first); and the plans made, those made again after a drop included.
   size_t plans_held() const { return plans_.size(); }
+  int64_t plans_made() const { return plans_.made(); }
 
   // A whole forward of plan.shape.rows tokens: route (unless the caller's
   // routing is given), permute, the GEMMs, the finalize into out or sums.

@@ -1,6 +1,7 @@
 // ConcurrentMemo (the layer's plan cache) from many threads: each value made
 // once, every caller sees the same one, values handed out survive clear(),
-// and a failed make leaves nothing behind.
+// a failed make leaves nothing behind, and with a capacity the least recently
+// asked-for value is forgotten (and survives in its holders' hands).
 // Run under ThreadSanitizer by scripts/test-sanitizers.sh.
 #include <gtest/gtest.h>
 
@@ -84,6 +85,52 @@ TEST(ConcurrentMemo, AFailedMakeIsNotKeptAndTheNextGetRetries) {
   EXPECT_EQ(memo.get(3, make), v) << "made once it succeeded";
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(memo.size(), 1u);
+}
+
+TEST(ConcurrentMemo, WithACapacityTheLeastRecentlyAskedForIsForgotten) {
+  ConcurrentMemo<int, Made> memo(2);
+  auto make = [](int k) { return Made{k, std::vector<int>(64, k)}; };
+  const auto one = memo.get(1, make);
+  memo.get(2, make);
+  EXPECT_EQ(memo.get(1, make), one) << "1 is now the most recent";
+  const auto three = memo.get(3, make);  // forgets 2, the least recent
+  EXPECT_EQ(memo.size(), 2u);
+  EXPECT_EQ(memo.made(), 3);
+  EXPECT_EQ(memo.get(1, make), one) << "1 was kept";
+  EXPECT_EQ(memo.made(), 3);
+  const auto two = memo.get(2, make);  // made again; forgets 3 (1 was asked for since)
+  EXPECT_EQ(memo.made(), 4);
+  EXPECT_EQ(two->payload[63], 2);
+  EXPECT_EQ(memo.get(1, make), one);
+  EXPECT_EQ(memo.made(), 4);
+  memo.get(3, make);
+  EXPECT_EQ(memo.made(), 5) << "3 had been forgotten";
+  EXPECT_EQ(three->payload[63], 3) << "a forgotten value lives on with its holder";
+  EXPECT_EQ(memo.size(), 2u);
+  EXPECT_EQ(memo.capacity(), 2u);
+  memo.set_capacity(1);  // keeps 3, the most recent
+  EXPECT_EQ(memo.size(), 1u);
+  memo.get(3, make);
+  EXPECT_EQ(memo.made(), 5);
+}
+
+TEST(ConcurrentMemo, ABoundedMemoFromManyThreadsHoldsAtMostItsCapacity) {
+  ConcurrentMemo<int, Made> memo(4);
+  constexpr int kThreads = 8, kKeys = 16, kRounds = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kRounds; ++i) {
+        const int key = (i * 7 + t * 3) % kKeys;
+        const auto v = memo.get(key, [](int k) { return Made{k, std::vector<int>(64, k)}; });
+        ASSERT_EQ(v->key, key);
+        ASSERT_EQ(v->payload[63], key);
+        ASSERT_LE(memo.size(), 4u);
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(memo.size(), 4u);
+  EXPECT_GT(memo.made(), kKeys) << "16 keys through 4 places: some were made again";
 }
 
 }  // namespace

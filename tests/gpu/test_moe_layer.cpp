@@ -259,6 +259,33 @@ TEST(GpuMoeLayer, SplitFinalizeIsBitwiseStableAndGraphEqualsEager) {
   expect_matches_reference(c, a, "glm5-small T=300 deterministic");
 }
 
+// A layer keeps at most LayerOptions::max_plans forward plans: the least
+// recently used is dropped and made again when asked for, the same plan (the
+// output bitwise that of a layer that keeps every plan).
+TEST(GpuMoeLayer, PlansBeyondMaxPlansAreDroppedAndMadeAgainTheSame) {
+  FP4MOE_REQUIRE_GPU();
+  const std::vector<LayerCase> cases = {make_case("glm5-small", 5, 11), make_case("glm5-small", 9, 11),
+                                        make_case("glm5-small", 17, 11)};  // one set of weights (seed 11)
+  LayerOptions o;
+  o.max_tokens = 64;
+  o.deterministic = true;
+  o.max_plans = 2;
+  MoeLayer bounded(cases[0].cfg, cases[0].w, o);
+  o.max_plans = 0;
+  MoeLayer kept(cases[0].cfg, cases[0].w, o);
+  std::vector<GpuRun> first;
+  for (const LayerCase& c : cases) first.push_back(run_layer(bounded, c));
+  EXPECT_EQ(bounded.core().plans_held(), 2u);
+  EXPECT_EQ(bounded.core().plans_made(), 3);
+  const GpuRun again = run_layer(bounded, cases[0]);  // T = 5's plan was dropped for T = 17's
+  EXPECT_EQ(bounded.core().plans_made(), 4);
+  EXPECT_EQ(bounded.core().plans_held(), 2u);
+  EXPECT_EQ(again.out, first[0].out);
+  for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(run_layer(kept, cases[i]).out, first[i].out) << "T=" << cases[i].T;
+  EXPECT_EQ(kept.core().plans_held(), 3u);
+  expect_matches_reference(cases[2], first[2], "glm5-small T=17, two plans kept");
+}
+
 // A NaN or Inf in one token's hidden state stays in that token's output row,
 // which check_status names; the other rows are bitwise those of a clean run.
 TEST(GpuMoeLayer, NonFiniteHiddenRowStaysInItsRowAndIsNamed) {
