@@ -6,7 +6,9 @@
 #    prefill: those sizes only; w4a8: the GEMM steps and the whole layer with e4m3 activations against bf16,
 #    interleaved (bench_w4a8_gemm, bench_w4a8_layer; W4A8_TOKENS to choose T, W4A8_MODELS the presets);
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
-#    gpt-oss: fp4moe bench --model gpt-oss-120b (untuned; GPT_OSS_TOKENS to choose T; GLM5_TOKENS for layer);
+#    gpt-oss: fp4moe tune, then fp4moe bench, --model GPT_OSS_MODEL (default gpt-oss-120b; GPT_OSS_CACHE: an
+#    earlier tune cache; GPT_OSS_UNTUNED=1: none; GPT_OSS_TUNE_TOKENS the tuned counts, up to 8192 by default;
+#    GPT_OSS_TOKENS to choose T; GLM5_TOKENS for layer);
 #    both beside the peer engines of bench/peers.py (scripts/fetch-peers.sh puts them in .whl/peers);
 #    LAYER_CACHE=tune.json: bench with that cache instead of tuning first; BENCH_ARGS: more fp4moe bench flags;
 #    host: the router kernels by token count (bench_route) and a forward's host time (bench_host_overhead);
@@ -183,11 +185,23 @@ if [ "$WHAT" = layer ] || [ "$WHAT" = all ]; then
   rm -f "$OUT/bench_layer.log.tmp"
 fi
 if [ "$WHAT" = gpt-oss ] || [ "$WHAT" = all ]; then
-  # gpt-oss-120b's layer (MXFP4, biases, the clamped SwiGLU, H = I = 2880 padded), untuned tiles
+  # gpt-oss's layer (GPT_OSS_MODEL, default gpt-oss-120b; MXFP4, biases, the clamped SwiGLU, H = I = 2880
+  # padded) on its tuned tiles: fp4moe tune first into its own cache (GPT_OSS_CACHE: an earlier run's
+  # instead; GPT_OSS_UNTUNED=1: the planner's tiles)
+  model=${GPT_OSS_MODEL:-gpt-oss-120b}
+  export FP4MOE_CACHE="$OUT/tune_$model.json"
+  if [ -n "${GPT_OSS_CACHE:-}" ]; then
+    cp "$GPT_OSS_CACHE" "$FP4MOE_CACHE"
+    summary+=("fp4moe tune --model $model: not run; the tune cache $GPT_OSS_CACHE")
+  elif [ -z "${GPT_OSS_UNTUNED:-}" ]; then
+    "$BIN/fp4moe" tune --model "$model" --tokens "${GPT_OSS_TUNE_TOKENS:-1,8,32,128,512,1024,2048,4096,8192}" \
+      > "$OUT/tune_$model.log" 2>&1
+    summary+=("fp4moe tune --model $model: rc=$?, $(tail -1 "$OUT/tune_$model.log")")
+  fi
   # shellcheck disable=SC2086
-  "$BIN/fp4moe" bench --model gpt-oss-120b --out "$OUT/bench_gpt_oss" --peers-script bench/peers.py \
+  "$BIN/fp4moe" bench --model "$model" --out "$OUT/bench_gpt_oss" --peers-script bench/peers.py \
     ${GPT_OSS_TOKENS:+--tokens $GPT_OSS_TOKENS} ${BENCH_ARGS:-} > "$OUT/bench_gpt_oss.log" 2>&1
-  summary+=("fp4moe bench --model gpt-oss-120b: rc=$?")
+  summary+=("fp4moe bench --model $model${GPT_OSS_UNTUNED:+ (untuned)}: rc=$?")
 fi
 if [ "$WHAT" = soak ] && [ -n "${SOAK_TUNE:-}" ]; then
   # a real tune cache for the soak to read and leave unchanged: the layer's buckets of SOAK_TUNE's token

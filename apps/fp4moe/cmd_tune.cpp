@@ -22,7 +22,7 @@ struct TuneOptions {
   std::string model = "glm5";
   std::vector<int64_t> tokens = {1, 8, 32, 128, 512, 1024, 2048};
   std::string cache;
-  std::string format = "nvfp4";
+  std::string format = "auto";  // the model's checkpoint format (as fp4moe bench's), or nvfp4 / mxfp4
   bool deterministic = false;
   std::string activations = "bf16";
 };
@@ -33,10 +33,12 @@ void run_tune(const TuneOptions& o) {
   FP4MOE_CHECK(!devs.empty(), "fp4moe tune measures kernels and needs a CUDA GPU; none found (" << why << ")");
   const MoeConfig cfg = model_config(o.model);
   for (int64_t t : o.tokens) FP4MOE_CHECK(t >= 1, "--tokens " << t << " must be at least 1");
-  fmt::print("fp4moe tune on {} (sm_{}): {}, token counts", devs[0].name, devs[0].cc, cfg.name);
+  fmt::print("fp4moe tune on {} (sm_{}): {}, {} weights, {} activations, token counts", devs[0].name, devs[0].cc, cfg.name,
+             o.format == "auto" ? to_string(checkpoint_format(cfg)) : o.format, o.activations);
   for (int64_t t : o.tokens) fmt::print(" {}", t);
   fmt::print("\n");
-  const MoeWeights w = random_moe_weights(cfg, parse_fp4_format(o.format), 2);
+  const Fp4Format format = o.format == "auto" ? checkpoint_format(cfg) : parse_fp4_format(o.format);
+  const MoeWeights w = random_moe_weights(cfg, format, 2);
   LayerOptions lo;
   lo.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
   lo.tune_cache = o.cache;
@@ -63,7 +65,9 @@ void register_tune(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--cache", o.cache, "Tune cache file (default: $FP4MOE_CACHE, else ~/.cache/fp4moe/tune.json)");
-  cmd->add_option("--format", o.format, "nvfp4 or mxfp4")->capture_default_str();
+  cmd->add_option("--format", o.format, "The random experts' FP4 format: auto (the model's checkpoint's), nvfp4 or mxfp4")
+      ->check(CLI::IsMember({"auto", "nvfp4", "mxfp4"}))
+      ->capture_default_str();
   cmd->add_flag("--deterministic", o.deterministic, "Tune the split-finalize layer");
   cmd->add_option("--activations", o.activations, "bf16, or fp8 (W4A8; MXFP4 weights): tunes that layer's GEMMs")
       ->check(CLI::IsMember({"bf16", "fp8"}))
