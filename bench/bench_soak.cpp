@@ -17,9 +17,9 @@
 // device memory meanwhile (every tensor copy slower). Every layer's
 // plan and graph for every bucket are made before the clock starts (warm-up;
 // --plan-every-count: the plans of every token count too); device memory is
-// sampled throughout and must not grow past its level after it; the host RSS
-// is sampled and reported beside the forward plans made after warm-up (one per
-// token count first seen, held by the layer); each layer's plan for every
+// sampled throughout and must not grow past its level after it, nor the host
+// memory held (RSS after malloc_trim) past it beside the forward plans held
+// more (at most LayerOptions::max_plans a layer); each layer's plan for every
 // bucket is compared at the end with the plan at the start.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -525,16 +525,13 @@ int main(int argc, char** argv) {
     const int64_t dev_warm = device_used_bytes(), host_warm = host_rss_bytes(), held_warm = host_held_bytes();
     // (a layer's plans all hold as many GEMM steps, so one plan's bytes stand for each)
     const int64_t plan_bytes = int64_t(slots.front()->layer->core().plan(1)->bytes());
-    const auto plans_held = [&] {
+    const auto over_layers = [&](auto count) {  // a count summed over the layers
       int64_t n = 0;
-      for (const auto& s : slots) n += int64_t(s->layer->core().plans_held());
+      for (const auto& s : slots) n += int64_t(count(s->layer->core()));
       return n;
     };
-    const auto plans_made = [&] {
-      int64_t n = 0;
-      for (const auto& s : slots) n += s->layer->core().plans_made();
-      return n;
-    };
+    const auto plans_held = [&] { return over_layers([](const LayerCore& c) { return c.plans_held(); }); };
+    const auto plans_made = [&] { return over_layers([](const LayerCore& c) { return c.plans_made(); }); };
     const int64_t plans_warm = plans_held(), plans_made_warm = plans_made();
     fmt::print("bench_soak: every layer's plans and graphs for {} buckets made in {:.1f} s\n", buckets(o.max_tokens).size(),
                std::chrono::duration<double>(Clock::now() - t_warm).count());

@@ -191,7 +191,7 @@ if [ "$WHAT" = gpt-oss ] || [ "$WHAT" = all ]; then
   model=${GPT_OSS_MODEL:-gpt-oss-120b}
   export FP4MOE_CACHE="$OUT/tune_$model.json"
   if [ -n "${GPT_OSS_CACHE:-}" ]; then
-    cp "$GPT_OSS_CACHE" "$FP4MOE_CACHE"
+    cp "$GPT_OSS_CACHE" "$FP4MOE_CACHE" || { echo "gpu-run: GPT_OSS_CACHE = '$GPT_OSS_CACHE' could not be read" >&2; exit 2; }
     summary+=("fp4moe tune --model $model: not run; the tune cache $GPT_OSS_CACHE")
   elif [ -z "${GPT_OSS_UNTUNED:-}" ]; then
     "$BIN/fp4moe" tune --model "$model" --tokens "${GPT_OSS_TUNE_TOKENS:-1,8,32,128,512,1024,2048,4096,8192}" \

@@ -72,8 +72,8 @@ struct LayerOptions {
   bool shared_expert_in_routed_gemms = false;
   // Forward plans the layer keeps (one per token count it has run; about 7 KB
   // each): beyond this many the least recently used is dropped and made again
-  // when next needed (tens of microseconds of host time). 0 keeps every one,
-  // up to max_tokens of them.
+  // when next needed (its tile ranking and tensor maps, on the host, in that
+  // forward). 0 keeps every one, up to max_tokens of them.
   int64_t max_plans = 256;
 };
 

@@ -31,10 +31,7 @@ class ConcurrentMemo {
     }
     auto v = std::make_shared<const Value>(make(key));
     ++made_;
-    if (capacity_ > 0 && values_.size() >= capacity_) {
-      values_.erase(recent_.back());
-      recent_.pop_back();
-    }
+    if (capacity_ > 0) keep_most_recent(capacity_ - 1);  // room for it
     recent_.push_front(key);
     values_.emplace(key, Entry{v, recent_.begin()});
     return v;
@@ -63,13 +60,17 @@ class ConcurrentMemo {
   void set_capacity(size_t capacity) {
     const std::lock_guard<std::mutex> lock(mutex_);
     capacity_ = capacity;
-    while (capacity_ > 0 && values_.size() > capacity_) {
+    if (capacity_ > 0) keep_most_recent(capacity_);
+  }
+
+ private:
+  // Forgets the least recent values beyond the `n` most recent (the lock held).
+  void keep_most_recent(size_t n) {
+    while (values_.size() > n) {
       values_.erase(recent_.back());
       recent_.pop_back();
     }
   }
-
- private:
   struct Entry {
     std::shared_ptr<const Value> value;
     typename std::list<Key>::iterator recent;  // its place in recent_
