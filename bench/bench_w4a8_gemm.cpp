@@ -75,12 +75,12 @@ std::vector<GemmStepLaunch> steps_on(const ProjectionView& w, const std::vector<
 using bench::enqueue_each;
 
 // The fastest tile of a path on these operands: every fitting tile of its type, a short graph timing each.
-std::pair<int, double> fastest_tile(const ProjectionView& w, const std::vector<GemmOperands>& ops, bool biased,
+std::pair<int, double> fastest_tile(const ProjectionView& w, const std::vector<GemmOperands>& ops,
                                     const plan::DeviceLimits& device, cudaStream_t stream) {
   int best = -1;
   double best_ms = 1e30;
   for (int t = 0; t < plan::kNumGemmTiles; ++t) {
-    if (!plan::fit_gemm_tile(t, w.n, w.k, device.budget, 0, biased, w.activations).fits) continue;
+    if (!plan::fit_gemm_tile(t, w.n, w.k, device.budget, 0, w.activations).fits) continue;
     const std::vector<GemmStepLaunch> steps = steps_on(w, ops, t, device);
     const double ms = time_graph_sequence(enqueue_each(steps, stream), stream, 2, 10).median_ms;
     if (ms < best_ms) best_ms = ms, best = t;
@@ -175,8 +175,8 @@ int main(int argc, char** argv) {
             io.fp8_promotion_stages = promotion;
             ops.push_back(io);
           }
-          const auto [tile_a, sweep_a] = fastest_tile(bf16.view, ops, biased, device, stream);
-          const auto [tile_b, sweep_b] = fastest_tile(fp8.view, ops, biased, device, stream);
+          const auto [tile_a, sweep_a] = fastest_tile(bf16.view, ops, device, stream);
+          const auto [tile_b, sweep_b] = fastest_tile(fp8.view, ops, device, stream);
           if (tile_a < 0 || tile_b < 0) {
             fmt::print("{:<13} {:<6} {:>5}  no fitting tile (W4A16 {}, W4A8 {})\n", model, g.name, T, tile_a, tile_b);
             continue;

@@ -1,6 +1,6 @@
-// W4A8 against W4A16 for the whole layer: two MoeLayers on the same MXFP4
-// weights, one with bf16 activations and one with e4m3 (LayerOptions::
-// activations), their forwards timed interleaved at steady state (rounds of A
+// W4A8 against W4A16 for the whole layer: two MoeLayers on the same FP4
+// weights (MXFP4, or NVFP4 with the rounded fold: --format), one with bf16
+// activations and one with e4m3 (LayerOptions::activations), their forwards timed interleaved at steady state (rounds of A
 // then B, CUDA-graph replays after back-to-back warm-up) on the same hidden
 // states and router logits. Per token count: the median of each side, the
 // median of the rounds' ratios, each side's stage times (MoeLayer::profile),
@@ -63,7 +63,12 @@ int main(int argc, char** argv) {
   double warm_seconds = 0.5;
   int reps = 30, rounds = 3;
   bool tuned = false;
-  app.add_option("--models", models, "Model presets (their experts as MXFP4: the FP8 fold takes MXFP4)")->delimiter(',');
+  std::string format = "mxfp4";
+  app.add_option("--models", models, "Model presets (their experts in --format)")->delimiter(',');
+  app.add_option("--format", format, "The experts' FP4 format: mxfp4 (exact fold), or nvfp4 (W4A8 rounds each weight: "
+                                     "LayerOptions::fp8_rounds_nvfp4)")
+      ->check(CLI::IsMember({"mxfp4", "nvfp4"}))
+      ->capture_default_str();
   app.add_option("--tokens", tokens, "Token counts T")->delimiter(',')->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   app.add_option("--out", out_path, "JSON output");
   app.add_option("--warm-seconds", warm_seconds, "Back-to-back replays before each timed A or B")->check(CLI::Range(0.0, 30.0));
@@ -84,12 +89,14 @@ int main(int argc, char** argv) {
     report["reps"] = reps;
     report["rounds"] = rounds;
     report["tune_cache"] = tuned;
+    report["format"] = format;
     json cases = json::array();
     fmt::print("{:<13} {:>5}  {:>10} {:>10}  {:>7}  {:>9}  {:>21}  {:>21}\n", "model", "T", "W4A16 us", "W4A8 us",
                "speedup", "rel diff", "GEMM1 us (A / B)", "GEMM2 us (A / B)");
     for (const std::string& model : models) {
       const MoeConfig cfg = preset(model);
-      const MoeWeights w = random_moe_weights(cfg, Fp4Format::mxfp4, 3);
+      const Fp4Format weight_format = format == "nvfp4" ? Fp4Format::nvfp4 : Fp4Format::mxfp4;
+      const MoeWeights w = random_moe_weights(cfg, weight_format, 3);
       LayerOptions oa;
       oa.max_tokens = max_t;
       oa.use_tune_cache = tuned;
@@ -97,6 +104,7 @@ int main(int argc, char** argv) {
       oa.shared_expert_in_routed_gemms = false;
       LayerOptions ob = oa;
       ob.activations = ActivationFormat::fp8;
+      ob.fp8_rounds_nvfp4 = weight_format == Fp4Format::nvfp4;
       MoeLayer a(cfg, w, oa), b(cfg, w, ob);
       DeviceBuffer<__nv_bfloat16> x(size_t(max_t * cfg.hidden)), ya(size_t(max_t * cfg.hidden)),
           yb(size_t(max_t * cfg.hidden));

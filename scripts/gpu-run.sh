@@ -2,9 +2,11 @@
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
 #   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|w4a8|layer|gpt-oss|host|parallel|modelopt|sanitize|soak|all]
-#   (bench: GEMM tiles at decode and prefill sizes, the K loop's wgmma rate and W4A8 against W4A16; decode,
+#   (tests: the GPU tests (GTEST_FILTER to choose; killed after TESTS_TIMEOUT s, default 480) and the soak's short forms;
+#    bench: GEMM tiles at decode and prefill sizes, the K loop's wgmma rate and W4A8 against W4A16; decode,
 #    prefill: those sizes only; w4a8: the GEMM steps and the whole layer with e4m3 activations against bf16,
-#    interleaved (bench_w4a8_gemm, bench_w4a8_layer; W4A8_TOKENS to choose T, W4A8_MODELS the presets);
+#    interleaved (bench_w4a8_gemm, bench_w4a8_layer; W4A8_TOKENS to choose T, W4A8_MODELS the presets,
+#    W4A8_FORMAT=nvfp4 the layer's experts in NVFP4 with the rounded fold);
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
 #    gpt-oss: fp4moe tune, then fp4moe bench, --model GPT_OSS_MODEL (default gpt-oss-120b; GPT_OSS_CACHE: an
 #    earlier tune cache; GPT_OSS_UNTUNED=1: none; GPT_OSS_TUNE_TOKENS the tuned counts, up to 8192 by default;
@@ -60,8 +62,11 @@ trap 'kill $sampler 2>/dev/null' EXIT
 
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
   start=$(date +%s)
-  "$BIN/fp4moe_gpu_tests" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} 2>&1 | tee "$OUT/gpu_tests.log"
+  # (a hang, say a tensor copy that never completes its barrier, is killed in time for the logs to come back)
+  timeout -s KILL "${TESTS_TIMEOUT:-480}" "$BIN/fp4moe_gpu_tests" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} 2>&1 |
+    tee "$OUT/gpu_tests.log"
   rc=${PIPESTATUS[0]}
+  [ "$rc" = 137 ] && summary+=("gpu tests: KILLED after ${TESTS_TIMEOUT:-480} s (TESTS_TIMEOUT); the last test started: $(grep -E '^\[ RUN' "$OUT/gpu_tests.log" | tail -1)")
   summary+=("gpu tests: rc=$rc, $(grep -c '^\[       OK \]' "$OUT/gpu_tests.log") ok, $(grep -c '^\[  FAILED  \]' "$OUT/gpu_tests.log") failed lines, $(( $(date +%s) - start )) s")
   summary+=("slowest gpu tests (ms): $(sed -nE 's/^\[       OK \] (\S+) \(([0-9]+) ms\)/\2 \1/p' "$OUT/gpu_tests.log" | sort -rn | head -6 | tr '\n' ' ')")
   # the soak's short form: small layers, two threads, bad requests, every check (docs/soak.md)
@@ -139,10 +144,11 @@ if [ "$WHAT" = w4a8 ] || [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     --out "$OUT/bench_w4a8_gemm.json" 2>&1 | tee "$OUT/bench_w4a8_gemm.log"
   summary+=("bench_w4a8_gemm: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s")
   summary+=("$(grep -E 'gemm[12] ' "$OUT/bench_w4a8_gemm.log" | awk '{printf "%s %s T=%s %s; ", $1, $2, $3, $NF}')")
-  # the whole layer, W4A8 against W4A16 on the same MXFP4 weights (planner's tiles; LAYER_CACHE: both tuned from it)
+  # the whole layer, W4A8 against W4A16 on the same FP4 weights (MXFP4, or W4A8_FORMAT; planner's tiles; LAYER_CACHE: both tuned)
   start=$(date +%s)
   ${LAYER_CACHE:+env FP4MOE_CACHE=$LAYER_CACHE} "$BIN/bench_w4a8_layer" ${W4A8_TOKENS:+--tokens $W4A8_TOKENS} \
-    ${W4A8_MODELS:+--models $W4A8_MODELS} ${LAYER_CACHE:+--tune-cache} --out "$OUT/bench_w4a8_layer.json" 2>&1 |
+    ${W4A8_MODELS:+--models $W4A8_MODELS} ${W4A8_FORMAT:+--format $W4A8_FORMAT} ${LAYER_CACHE:+--tune-cache} \
+    --out "$OUT/bench_w4a8_layer.json" 2>&1 |
     tee "$OUT/bench_w4a8_layer.log"
   summary+=("bench_w4a8_layer: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s")
 fi

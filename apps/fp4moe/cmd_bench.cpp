@@ -65,6 +65,8 @@ struct BenchOptions {
   std::string finalize = "auto";
   int64_t feature_granule = 0;
   std::string activations = "bf16";
+  bool fp8_rounds_nvfp4 = false;
+  int64_t fused_down_max_tokens = 0;
   std::string format = "auto";  // the model's checkpoint format, or nvfp4 / mxfp4
   bool no_split_k = false;
   bool shared_expert_in_routed = false;
@@ -147,24 +149,24 @@ void bench_without_gpu(const BenchOptions& o, const std::string& why) {
   const plan::ActivationType act = activations == ActivationFormat::fp8 ? plan::ActivationType::e4m3 : plan::ActivationType::bf16;
   fmt::print("fp4moe bench: no GPU ({}): nothing to time. The planner's choices for {} ({} activations) instead:\n", why,
              cfg.name, to_string(activations));
-  // H and I as the layer's GEMMs see them (padded where not multiples of the feature granule)
-  const int64_t granule = o.feature_granule ? o.feature_granule : kFeatureGranule;
-  const int64_t H = padded_features(cfg.hidden, granule), I = padded_features(cfg.intermediate, granule);
   for (const char* arch : {"sm_90", "sm_120"}) {
     const plan::Arch& a = plan::find_arch(arch);
-    // GEMM1 takes the biased epilogue for expert biases or the clamped SwiGLU, GEMM2 for biases
-    for (auto [what, n, k, biased] : {std::tuple{"GEMM1", 2 * I, H, cfg.expert_bias || cfg.activation != Activation::swiglu},
-                                      std::tuple{"GEMM2", H, I, cfg.expert_bias}}) {
+    // H and I as the layer's GEMMs see them there (LayerOptions::feature_granule: as the model has them where
+    // the tiles take tails, else padded where not multiples of 256)
+    const bool tails = a.has_wgmma;
+    const int64_t granule = o.feature_granule ? o.feature_granule : tails ? kPreparedKGranule : kFeatureGranule;
+    const int64_t H = padded_features(cfg.hidden, granule), I = padded_features(cfg.intermediate, granule);
+    for (auto [what, n, k] : {std::tuple{"GEMM1", 2 * I, H}, std::tuple{"GEMM2", H, I}}) {
       for (int64_t T : {int64_t(1), int64_t(128), int64_t(2048)}) {
         const double tpe = double(T * cfg.top_k) / double(cfg.num_experts);
         const int t = plan::rank_gemm_tiles(n, k, plan::budget_of(a), tpe, std::min<int64_t>(cfg.num_experts, T * cfg.top_k),
-                                            132, biased, act);
+                                            132, act);
         if (t < 0) {
           fmt::print("  {:<7} {} N {} K {} T {:>5}: no GEMM tile fits{}\n", arch, what, n, k, T,
                      act == plan::ActivationType::e4m3 ? " (the e4m3 tiles are sm_90's)" : "");
           continue;
         }
-        const plan::SmemPlan p = plan::plan_gemm_tile(t, n, k, a, 0, biased, act);
+        const plan::SmemPlan p = plan::plan_gemm_tile(t, n, k, a, 0, act);
         fmt::print("  {:<7} {} N {:>5} K {:>5} T {:>5}: {} ({} stages, {} of {} bytes)\n", arch, what, n, k, T, p.config,
                    p.stages, p.smem_bytes, p.capacity);
       }
@@ -265,6 +267,8 @@ void run_bench(const BenchOptions& o) {
   bo.layer.deterministic = o.deterministic;
   bo.layer.feature_granule = o.feature_granule;
   bo.layer.activations = parse_activation_format(o.activations);
+  bo.layer.fp8_rounds_nvfp4 = o.fp8_rounds_nvfp4;
+  bo.layer.fused_down_max_tokens = o.fused_down_max_tokens;
   bo.layer.finalize = o.finalize == "fused" ? FinalizeMode::fused : o.finalize == "split" ? FinalizeMode::split
                                                                                           : FinalizeMode::automatic;
   bo.layer.split_k = !o.no_split_k;
@@ -317,9 +321,15 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--peers-script", o.peers_script, "bench/peers.py (default: found next to the sources)");
   cmd->add_option("--cache", o.cache, "Tune cache file");
   cmd->add_flag("--deterministic", o.deterministic, "Split finalize");
-  cmd->add_option("--activations", o.activations, "bf16, or fp8 (W4A8: e4m3 activations; MXFP4 weights, sm_90)")
+  cmd->add_option("--activations", o.activations, "bf16, or fp8 (W4A8: e4m3 activations, sm_90; NVFP4 weights with --fp8-rounds-nvfp4)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
+  cmd->add_option("--fused-down-max-tokens", o.fused_down_max_tokens,
+                  "Forwards of up to this many tokens (0..8) run GEMM2, the shared expert's GEMM2 and the weighted "
+                  "sum as one launch (LayerOptions::fused_down_max_tokens)")
+      ->check(CLI::Range(int64_t(0), int64_t(8)))
+      ->capture_default_str();
+  cmd->add_flag("--fp8-rounds-nvfp4", o.fp8_rounds_nvfp4, "fp8 activations with NVFP4 weights: accept each weight rounded to e4m3 (docs/fp8.md, NVFP4)");
   cmd->add_option("--format", o.format,
                   "The random experts' FP4 format: auto (the model's checkpoint: MXFP4 for gpt-oss, else NVFP4), "
                   "nvfp4 or mxfp4 (fp8 activations take mxfp4)")

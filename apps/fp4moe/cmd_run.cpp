@@ -43,6 +43,7 @@ struct RunOptions {
   std::string dispatch = "allgather";
   int64_t capacity = -1;
   std::string activations = "bf16";
+  bool fp8_rounds_nvfp4 = false;
 };
 
 }  // namespace
@@ -125,6 +126,10 @@ void run_cpu(const RunOptions& o, const std::string& why) {
   fmt::print("fp4moe run: no GPU ({}): CPU reference{}\n", why, o.checkpoint.empty() ? " at a reduced size" : "");
   const Inputs in = random_inputs(cfg, o.tokens, o.seed);
   t0 = std::chrono::steady_clock::now();
+  // (the GPU layer's refusal, here too: the reference would round NVFP4 weights as the opted-in fold does)
+  FP4MOE_CHECK(o.activations != "fp8" || o.fp8_rounds_nvfp4 || w.experts.empty() || w.experts[0].gate.format != Fp4Format::nvfp4,
+               "fp4moe run: fp8 activations with nvfp4 weights round each weight to e4m3: pass --fp8-rounds-nvfp4 to "
+               "accept it");
   const Routing routing = route_reference(cfg, in.logits.data(), o.tokens, w.correction_bias);
   const std::vector<float> out =
       moe_forward_reference(cfg, w, in.x.data(), o.tokens, routing, parse_activation_format(o.activations));
@@ -152,6 +157,7 @@ void run_gpu(const RunOptions& o, const RunLayer& source, double ms_weights, con
   lo.max_tokens = T;
   lo.deterministic = o.deterministic;
   lo.activations = parse_activation_format(o.activations);
+  lo.fp8_rounds_nvfp4 = o.fp8_rounds_nvfp4;
   auto t0 = std::chrono::steady_clock::now();
   MoeLayer layer(cfg, w, lo);
   fmt::print("  prepared   {:.2f} GB of weights on the GPU in {:.0f} ms; workspace {:.1f} MB\n",
@@ -283,9 +289,10 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--check", o.check, "Compare with the CPU reference (routing bitwise, output within 1e-2); "
                                     "with --output also writes the reference and the error");
   cmd->add_flag("--deterministic", o.deterministic, "Split finalize: bitwise identical run to run");
-  cmd->add_option("--activations", o.activations, "bf16, or fp8 (W4A8: e4m3 activations; MXFP4 weights, sm_90)")
+  cmd->add_option("--activations", o.activations, "bf16, or fp8 (W4A8: e4m3 activations, sm_90; NVFP4 weights with --fp8-rounds-nvfp4)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
+  cmd->add_flag("--fp8-rounds-nvfp4", o.fp8_rounds_nvfp4, "fp8 activations with NVFP4 weights: accept each weight rounded to e4m3 (docs/fp8.md, NVFP4)");
   cmd->add_flag("--cpu", o.cpu, "Run the CPU reference even when a GPU is present");
   cmd->add_option("--ep", o.ep, "Expert parallelism over this many local GPUs, one thread each; "
                                 "--tokens per rank; --check compares every rank with the single-GPU layer")

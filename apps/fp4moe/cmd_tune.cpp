@@ -25,6 +25,7 @@ struct TuneOptions {
   std::string format = "auto";  // the model's checkpoint format (as fp4moe bench's), or nvfp4 / mxfp4
   bool deterministic = false;
   std::string activations = "bf16";
+  bool fp8_rounds_nvfp4 = false;
 };
 
 void run_tune(const TuneOptions& o) {
@@ -44,6 +45,7 @@ void run_tune(const TuneOptions& o) {
   lo.tune_cache = o.cache;
   lo.deterministic = o.deterministic;
   lo.activations = parse_activation_format(o.activations);
+  lo.fp8_rounds_nvfp4 = o.fp8_rounds_nvfp4;
   MoeLayer layer(cfg, w, lo);
   Progress bar("tune");
   const auto rows = layer.tune(o.tokens, [&](int d, int n, const std::string& what) { bar.update(d, n, what); });
@@ -69,9 +71,10 @@ void register_tune(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "nvfp4", "mxfp4"}))
       ->capture_default_str();
   cmd->add_flag("--deterministic", o.deterministic, "Tune the split-finalize layer");
-  cmd->add_option("--activations", o.activations, "bf16, or fp8 (W4A8; MXFP4 weights): tunes that layer's GEMMs")
+  cmd->add_option("--activations", o.activations, "bf16, or fp8 (W4A8; NVFP4 weights with --fp8-rounds-nvfp4): tunes that layer's GEMMs")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
+  cmd->add_flag("--fp8-rounds-nvfp4", o.fp8_rounds_nvfp4, "fp8 activations with NVFP4 weights: accept each weight rounded to e4m3 (docs/fp8.md, NVFP4)");
   cmd->callback([] { run_tune(o); });
 }
 

@@ -50,9 +50,12 @@ struct LayerOptions {
   // expert at a few tokens) across CTAs; the parts are summed in a fixed order.
   // The layer then holds a 16 MiB split-K workspace (sm_90).
   bool split_k = true;
-  // H and I that are not multiples of 128 (gpt-oss's 2880) are padded with
-  // zero weights to a multiple of this: 256 (0, the default) lets every tile
-  // divide them, 128 pads less and leaves the tiles of 128 rows and 128 k.
+  // H and I that are not multiples of 128 (gpt-oss's 2880): 0 (the default)
+  // runs them as the model has them where a multiple of 64 on sm_90 (the
+  // warp-specialized tiles, bf16 and fp8, take a partial last K stage and N
+  // tile), else pads them with zero weights to a multiple of 256, which every
+  // tile divides. 64, 128 or 256 choose: 128 pads less (2944) and leaves the
+  // tiles of 128 rows and 128 k.
   int64_t feature_granule = 0;
   // Host weights holding a range of the model's experts (expert parallelism):
   // weights.experts are the model's [expert_begin, expert_begin + expert_count);
@@ -63,6 +66,16 @@ struct LayerOptions {
   // e4m3, FP8 tensor cores; sm_90, MXFP4 weights; docs/fp8.md). The shared
   // expert stays bf16.
   ActivationFormat activations = ActivationFormat::bf16;
+  // fp8 activations with NVFP4 weights: their block scales carry a mantissa,
+  // so each folded weight is rounded to e4m3 (to nearest even; docs/fp8.md,
+  // "NVFP4" states the error). Refused unless this is set.
+  bool fp8_rounds_nvfp4 = false;
+  // Forwards of up to this many tokens (at most 8; 0: none) run GEMM2, the
+  // shared expert's GEMM2 and the weighted sum as one launch, deterministic
+  // without atomics (the small-batch path's down projection;
+  // docs/kernels.md). Taken where it applies: bf16 activations, H unpadded,
+  // the shared expert apart, T top_k <= 64; the single-GPU layer only.
+  int64_t fused_down_max_tokens = 0;
   // The shared expert runs as one more expert of the routed GEMMs (every token
   // one row, weight 1), so that its weights stream on every SM in the routed
   // launches instead of in two launches of their own. Taken where it can be:
@@ -141,7 +154,9 @@ class MoeLayer {
   bool has_router_weight() const;
 
   // Per-stage device time of forward() over `reps` runs, CUDA events between
-  // the stages: "route", "permute", "gemm1", "gemm2", "shared", "finalize". Synchronises.
+  // the stages: "route", "permute", "gemm1", "gemm2", "shared", "finalize" (at 1
+  // to 8 tokens routing and permutation are one launch: "route" holds both; with
+  // fused_down_max_tokens, "gemm2" holds GEMM2, both shared GEMMs and the sum). Synchronises.
   struct StageTime {
     std::string stage;
     double median_ms = 0, min_ms = 0, max_ms = 0;

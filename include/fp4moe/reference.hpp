@@ -42,7 +42,9 @@ std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights&
 // The same with the routed experts' arithmetic of a layer of `activations`:
 // fp8 quantizes each token's x and each pair's SwiGLU output (after rounding
 // it to bf16) to e4m3 with a per-row scale, as the layer's FP8 row copies do;
-// the weights are exact either way (docs/fp8.md). The shared expert stays bf16.
+// MXFP4 weights are exact either way, NVFP4 weights are rounded to e4m3 as the
+// fold rounds them (LayerOptions::fp8_rounds_nvfp4; docs/fp8.md). The shared
+// expert stays bf16.
 std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights& w, const float* x, int64_t tokens,
                                          const Routing& routing, ActivationFormat activations);
 

@@ -81,10 +81,12 @@ class ParallelMoeLayer:
                       unique_id: Optional[bytes] = None, max_tokens: int = 1024,
                       alltoall_capacity: Optional[int] = None, tune_cache: Optional[str] = None,
                       use_tune_cache: bool = True, device: Optional[int] = None,
-                      split_k: bool = True, activations: str = "bf16") -> "ParallelMoeLayer":
+                      split_k: bool = True, activations: str = "bf16", fp8_rounds_nvfp4: bool = False,
+                      max_plans: int = 256) -> "ParallelMoeLayer":
         """MoE layer ``layer`` of a ModelOpt NVFP4 checkpoint; this rank prepares only its part.
         ``max_tokens`` is per rank; ``alltoall_capacity`` rows per peer (None: max_tokens)."""
-        opts = _options_json(max_tokens, "split", True, tune_cache, use_tune_cache, device, split_k, activations)
+        opts = _options_json(max_tokens, "split", True, tune_cache, use_tune_cache, device, split_k, activations,
+                             False, fp8_rounds_nvfp4, max_plans)
         c, uid, r, g = _communicator(group, comm, rank, ranks, unique_id)
         return cls(_native.fn("parallel_from_modelopt")(str(path), int(layer), cls._check_mode(mode), c, uid, r, g,
                                                         opts, -1 if alltoall_capacity is None else int(alltoall_capacity)))
@@ -95,9 +97,11 @@ class ParallelMoeLayer:
                ranks: Optional[int] = None, unique_id: Optional[bytes] = None, max_tokens: int = 1024,
                alltoall_capacity: Optional[int] = None, tune_cache: Optional[str] = None,
                use_tune_cache: bool = True, device: Optional[int] = None, split_k: bool = True,
-               activations: str = "bf16") -> "ParallelMoeLayer":
+               activations: str = "bf16", fp8_rounds_nvfp4: bool = False,
+               max_plans: int = 256) -> "ParallelMoeLayer":
         """The layer of ``MoeLayer.random(config, seed=seed, format=format)``, split across the ranks."""
-        opts = _options_json(max_tokens, "split", True, tune_cache, use_tune_cache, device, split_k, activations)
+        opts = _options_json(max_tokens, "split", True, tune_cache, use_tune_cache, device, split_k, activations,
+                             False, fp8_rounds_nvfp4, max_plans)
         c, uid, r, g = _communicator(group, comm, rank, ranks, unique_id)
         return cls(_native.fn("parallel_from_random")(as_config_json(config), str(format), int(seed),
                                                       cls._check_mode(mode), c, uid, r, g, opts,

@@ -114,18 +114,19 @@ def fused_moe(hidden_states: torch.Tensor, w13: torch.Tensor, w13_scale: torch.T
               topk_ids: torch.Tensor, *, top_k: Optional[int] = None, global_num_experts: int = -1,
               local_experts: Optional[Tuple[int, int]] = None, w13_order: str = "gate_up",
               scale_layout: str = "linear", output: Optional[torch.Tensor] = None, max_tokens: int = 4096,
-              deterministic: bool = True, activations: str = "bf16") -> torch.Tensor:
+              deterministic: bool = True, activations: str = "bf16", fp8_rounds_nvfp4: bool = False) -> torch.Tensor:
     """What vLLM's fused_marlin_moe and FlashInfer's cutlass_fused_moe take: hidden
     states bf16 [T, H], the engine's FP4 expert tensors (docs/python.md), its top-k
     weights fp32 and ids int32 [T, k] (global expert ids), ``output=``. The first call
     for a set of weights prepares them once on the GPU, kept while those weights' memory
-    lives; later calls only run the layer."""
+    lives; later calls only run the layer. ``activations="fp8"`` with NVFP4 tensors needs
+    ``fp8_rounds_nvfp4=True`` (each weight rounded to e4m3; docs/fp8.md)."""
     E_local = w13.shape[0]
     E = global_num_experts if global_num_experts > 0 else E_local
     begin, count = local_experts if local_experts is not None else (0, E_local)
     T = hidden_states.shape[0]
     key = (w13.data_ptr(), w2.data_ptr(), w13_scale.data_ptr(), w2_scale.data_ptr(), tuple(w13.shape), tuple(w2.shape),
-           E, begin, w13_order, scale_layout, activations)
+           E, begin, w13_order, scale_layout, activations, fp8_rounds_nvfp4)
     # The storages, not the tensors: an engine may pass a new view of the same weights every call.
     owners = tuple(t.untyped_storage() for t in (w13, w2, w13_scale, w2_scale))
     layer = _prepared.get(key, owners)
@@ -136,7 +137,7 @@ def fused_moe(hidden_states: torch.Tensor, w13: torch.Tensor, w13_scale: torch.T
         layer = MoeLayer.from_tensors(cfg, w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2, w13_order=w13_order,
                                       scale_layout=scale_layout, local_experts=(begin, count),
                                       max_tokens=max(T, max_tokens), finalize="split" if deterministic else "fused",
-                                      activations=activations)
+                                      activations=activations, fp8_rounds_nvfp4=fp8_rounds_nvfp4)
         _prepared.put(key, owners, layer)
     out = output if output is not None else torch.empty_like(hidden_states)
     _forward_routed(layer._native, hidden_states, topk_ids, topk_weights, out, _stream(hidden_states))

@@ -79,11 +79,12 @@ def _quantize_projection(w: torch.Tensor, halves: int, format: str = "nvfp4"):
 
 
 def quantize_experts(experts: torch.nn.Module, top_k: int, *, max_tokens: int = 1024, finalize: str = "split",
-                     format: str = "nvfp4", activations: str = "bf16") -> FP4MoEExperts:
+                     format: str = "nvfp4", activations: str = "bf16", fp8_rounds_nvfp4: bool = False) -> FP4MoEExperts:
     """Quantizes a transformers experts module (gate_up_proj [E, 2I, H], down_proj [E, H, I])
     to ``format`` (nvfp4 or mxfp4), writes the dequantized values back into it, and
     returns the fp4moe module that computes the same experts, with ``activations``
-    bf16 or fp8 (W4A8: MXFP4 only; docs/fp8.md)."""
+    bf16 or fp8 (W4A8; NVFP4 with ``fp8_rounds_nvfp4=True``, each weight rounded to e4m3;
+    docs/fp8.md)."""
     if format not in ("nvfp4", "mxfp4"):
         raise ValueError(f"format '{format}' is not nvfp4 or mxfp4")
     gu, dp = experts.gate_up_proj, experts.down_proj
@@ -105,7 +106,8 @@ def quantize_experts(experts: torch.nn.Module, top_k: int, *, max_tokens: int = 
 
     nv = format == "nvfp4"  # (MXFP4's e8m0 scales go as their bytes)
     layer = MoeLayer.from_tensors(cfg, t(c13), t(s13, nv), t(g13), t(c2), t(s2, nv), t(g2), format=format,
-                                  max_tokens=max_tokens, finalize=finalize, activations=activations)
+                                  max_tokens=max_tokens, finalize=finalize, activations=activations,
+                                  fp8_rounds_nvfp4=fp8_rounds_nvfp4)
     return FP4MoEExperts(layer, E)
 
 
@@ -115,14 +117,14 @@ def moe_blocks(model: torch.nn.Module) -> List[torch.nn.Module]:
 
 
 def use_fp4moe(model: torch.nn.Module, *, max_tokens: int = 1024, blocks: Optional[Iterable[torch.nn.Module]] = None,
-               format: str = "nvfp4", activations: str = "bf16"):
+               format: str = "nvfp4", activations: str = "bf16", fp8_rounds_nvfp4: bool = False):
     """Puts fp4moe behind every MoE block of ``model`` (its experts quantized to
     ``format`` in place, computed with ``activations``: see quantize_experts).
     Returns the blocks changed."""
     changed = []
     for block in blocks if blocks is not None else moe_blocks(model):
         block.experts = quantize_experts(block.experts, block.gate.top_k, max_tokens=max_tokens, format=format,
-                                         activations=activations)
+                                         activations=activations, fp8_rounds_nvfp4=fp8_rounds_nvfp4)
         changed.append(block)
     return changed
 

@@ -42,13 +42,57 @@ FP4MOE_HD constexpr void fold_table(uint32_t u, uint32_t& lo, uint32_t& hi) {
   hi = 0x24201C18u + u * 0x08080808u;
 }
 
-// The fold's arithmetic, for the host's prepare and the GPU's alike. A prepared
-// MXFP4 scale byte's exponent: 2^((b >> 3) - bias), no mantissa.
-FP4MOE_HD constexpr int mxfp4_block_exponent(uint8_t b) { return (b >> 3) - pack::kMxfp4ScaleBias; }
+// NVFP4 (an opt-in, LayerOptions::fp8_rounds_nvfp4): a block scale
+// (1 + m/8) 2^E has a mantissa m that no shift carries. Its fold code keeps m
+// in bits 4..6 over the shift's u (bits 0..3; MXFP4's m is 0), and its table
+// holds the e2m1 magnitudes times 1 + m/8 rounded to e4m3 (to nearest, ties
+// to even): exact for 0.5, 1, 2 and 4 (their mantissa is m), rounded for 1.5,
+// 3 and 6 where 3 (8 + m) / 16 needs a fourth bit. Its top entry, 6 x 1.875
+// rounded to 11, keeps e4m3 at shift 5 (352), not 6 (704).
+inline constexpr int kFp8RoundedTableMaxShift = 5;
+
+// The e4m3 byte of 1.5 (1 + m/8) x 2^-5 rounded: q/16 x 2^-5 with q = 3 (8 + m),
+// 3 mantissa bits to nearest, ties to even.
+constexpr uint32_t rounded_three_halves_byte(uint32_t m) {
+  const uint32_t q = 3 * (8 + m);
+  // [1.5, 2) x 2^-5: exponent field 2, mantissa (q - 16) / 2; [2, 4): field 3, (q - 32) / 4
+  const uint32_t field = q < 32 ? 2 : 3, step = q < 32 ? 2 : 4, rem = q - (q < 32 ? 16 : 32);
+  uint32_t mant = rem / step;
+  const uint32_t r = rem % step;
+  if (2 * r > step || (2 * r == step && (mant & 1))) ++mant;
+  return mant == 8 ? (field + 1) << 3 : field << 3 | mant;
+}
+// The eight bytes above, m = 0..3 and 4..7, for one byte permute.
+inline constexpr uint32_t kThreeHalvesLo = rounded_three_halves_byte(0) | rounded_three_halves_byte(1) << 8 |
+                                           rounded_three_halves_byte(2) << 16 | rounded_three_halves_byte(3) << 24;
+inline constexpr uint32_t kThreeHalvesHi = rounded_three_halves_byte(4) | rounded_three_halves_byte(5) << 8 |
+                                           rounded_three_halves_byte(6) << 16 | rounded_three_halves_byte(7) << 24;
+static_assert(kThreeHalvesLo == 0x18171614u && kThreeHalvesHi == 0x1B1A1A19u);
+
+// The table of fold code `code` (u | m << 4): at m = 0 fold_table's (u up to
+// 11); with m > 0, u up to 10 (kFp8RoundedTableMaxShift: past it the top
+// bytes overflow e4m3, which the prepare's row exponent never asks). The
+// magnitudes at u = 0, 2^-5 times 0, 0.5, 1, 1.5 and 2, 3, 4, 6, with m:
+// 0x00, 0x08|m, 0x10|m, B; 0x18|m, B + 8, 0x20|m, B + 16 (B the rounded 1.5's byte).
+FP4MOE_HD constexpr void rounded_fold_table(uint32_t code, uint32_t& lo, uint32_t& hi) {
+  const uint32_t u = code & 15u, m = (code >> 4) & 7u;
+  const uint32_t b = m < 4 ? (kThreeHalvesLo >> (8 * m)) & 0xFFu : (kThreeHalvesHi >> (8 * (m - 4))) & 0xFFu;
+  lo = 0x00100800u + m * 0x00010100u + (b << 24) + u * 0x08080800u;
+  hi = 0x10200818u + m * 0x00010001u + b * 0x01000100u + u * 0x08080808u;
+}
+
+// The fold's arithmetic, for the host's prepare and the GPU's alike. A
+// prepared scale byte (UE5M3, gemm_pack.hpp) is (1 + m/8) 2^E, E = (b >> 3) -
+// bias (MXFP4: m = 0).
+FP4MOE_HD constexpr int block_exponent(uint8_t b, int bias) { return (b >> 3) - bias; }
+FP4MOE_HD constexpr int mxfp4_block_exponent(uint8_t b) { return block_exponent(b, pack::kMxfp4ScaleBias); }
+FP4MOE_HD constexpr uint32_t block_mantissa(uint8_t b) { return b & 7u; }
+// The table's top shift: where a row's largest block lands.
+FP4MOE_HD constexpr int max_shift(bool rounded) { return rounded ? kFp8RoundedTableMaxShift : kFp8TableMaxShift; }
 // A row's power of two, from its largest nonzero block's exponent (the
 // row_largest of an all-zero row is never used: 0): that block lands on the top shift.
-FP4MOE_HD constexpr int row_exponent(int row_largest, bool any_nonzero) {
-  return any_nonzero ? row_largest - kFp8TableMaxShift : 0;
+FP4MOE_HD constexpr int row_exponent(int row_largest, bool any_nonzero, bool rounded = false) {
+  return any_nonzero ? row_largest - max_shift(rounded) : 0;
 }
 // A nonzero block's fold code u; below 0 the block lies under the table's range.
 FP4MOE_HD constexpr int fold_code(int block_exponent, int row_exp) { return block_exponent - row_exp - kFp8TableMinShift; }

@@ -19,14 +19,13 @@ uint8_t scale_byte_of(const Fp4Matrix& m, int64_t row, int64_t col) {
 
 float scale_value_of(Fp4Format f, uint8_t b) { return f == Fp4Format::nvfp4 ? e4m3_decode(b) : ue8m0_decode(b); }
 
-int scale_bias(Fp4Format f) { return f == Fp4Format::nvfp4 ? pack::kNvfp4ScaleBias : pack::kMxfp4ScaleBias; }
 
 // The prepared UE5M3 byte of a non-zero block scale (gemm_pack.hpp), or -1
 // when the value is outside its range.
 int prepared_scale_of(Fp4Format f, float value) {
   int exp2 = 0;
   const float frac = std::frexp(value, &exp2);  // value = frac * 2^exp2, frac in [0.5, 1)
-  const int e = exp2 - 1 + scale_bias(f);
+  const int e = exp2 - 1 + prepared_scale_bias(f);
   const float mant8 = (frac * 2.f - 1.f) * 8.f;  // exact: both scale formats have <= 3 mantissa bits
   if (e < 0 || e > 31 || mant8 != std::floor(mant8)) return -1;
   return (e << 3) | static_cast<int>(mant8);
@@ -159,7 +158,7 @@ PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix* const> exp
           FP4MOE_CHECK(pb >= 0, "prepare_gemm_weights: expert " << e << " row " << row << " column " << col
                                   << ": block scale " << scale_value_of(p.format, b) << " (byte 0x" << std::hex << int(b) << std::dec
                                   << ") is outside the decode kernel's range for " << to_string(p.format) << " [2^-"
-                                  << scale_bias(p.format) << ", 2^" << 31 - scale_bias(p.format) << "]");
+                                  << prepared_scale_bias(p.format) << ", 2^" << 31 - prepared_scale_bias(p.format) << "]");
         }
         s[pack::scale_offset(p.k, row, col)] = static_cast<uint8_t>(pb);
       }
@@ -265,7 +264,7 @@ uint8_t prepared_code(const PreparedExpertWeights& p, int64_t e, int64_t row, in
 
 float prepared_scale_value(const PreparedExpertWeights& p, int64_t e, int64_t row, int64_t col) {
   const uint8_t b = p.scales[static_cast<size_t>(e * p.scale_bytes_per_expert() + pack::scale_offset(p.k, row, col))];
-  return std::ldexp(1.f + float(b & 7) / 8.f, (b >> 3) - scale_bias(p.format));
+  return std::ldexp(1.f + float(b & 7) / 8.f, (b >> 3) - prepared_scale_bias(p.format));
 }
 
 std::array<int16_t, 256> prepared_scale_table(Fp4Format f) {
@@ -277,6 +276,6 @@ std::array<int16_t, 256> prepared_scale_table(Fp4Format f) {
   return t;
 }
 
-uint32_t prepared_scale_exponent_add(Fp4Format f) { return pack::scale_exponent_add(scale_bias(f)); }
+uint32_t prepared_scale_exponent_add(Fp4Format f) { return pack::scale_exponent_add(prepared_scale_bias(f)); }
 
 }  // namespace fp4moe

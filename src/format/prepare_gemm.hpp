@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "format/prepared_layout.hpp"
 #include "fp4moe/format.hpp"
 
 namespace fp4moe {
@@ -16,30 +17,32 @@ struct PreparedExpertWeights {
   Fp4Format format = Fp4Format::nvfp4;
   int64_t experts = 0, n = 0, k = 0;
   std::vector<uint8_t> weights;       // E * N * K / 2 bytes
-  std::vector<uint8_t> scales;        // E * N * K / 16 bytes
+  std::vector<uint8_t> scales;        // E * pack::scale_bytes(N, K) bytes
   std::vector<float> dequant_scale;   // [E][scale_parts] 2^10 * weight_scale_2 (see kAccumulatorFactor)
   int scale_parts = 1;                // 2 for gated weights: part (row / 16) % 2
 
   int64_t weight_bytes_per_expert() const { return n * k / 2; }
-  int64_t scale_bytes_per_expert() const { return n * k / 16; }
+  int64_t scale_bytes_per_expert() const { return pack::scale_bytes(n, k); }
 };
 
-// The prepared layout's K granule (a 16-byte scale load covers k128): a K
-// that is not a multiple is padded to one with zero weights, exactly.
-inline constexpr int64_t kPreparedKGranule = 128;
+// The prepared layout's K granule (a 16-row group's lane words cover k64): a
+// K that is not a multiple is padded to one with zero weights, exactly.
+inline constexpr int64_t kPreparedKGranule = 64;
 // H or I as an MoE layer runs it (each is a GEMM's K and the other's N): as
-// given when a multiple of the K granule, else padded to a multiple of
-// `granule`: 256, which every tile's bm and bk divide (gpt-oss's 2880 runs as
-// 3072), or 128, which pads less (2944) but leaves only the tiles of bm and
+// given when a multiple of min(granule, 128), else padded to a multiple of
+// `granule`: 64 keeps every width a multiple of 64 as the model has it (gpt-oss's
+// 2880; the tiles that take tails run it, sm_90), 256 lets every tile divide them
+// (2880 runs as 3072), 128 pads less (2944) but leaves only the tiles of bm and
 // bk 128 (docs/planner.md).
 inline constexpr int64_t kFeatureGranule = 256;
 constexpr int64_t padded_features(int64_t d, int64_t granule = kFeatureGranule) {
-  return d % kPreparedKGranule == 0 ? d : (d + granule - 1) / granule * granule;
+  const int64_t keep = granule < 128 ? granule : 128;
+  return d % keep == 0 ? d : (d + granule - 1) / granule * granule;
 }
 
 // All experts must share format and shape. The prepared shape is [n, k]
 // (0: the experts' own N and K), at least theirs: rows and columns past
-// theirs are zero weights. N must be a multiple of 16, K of 128.
+// theirs are zero weights. N must be a multiple of 16, K of 64.
 // Throws fp4moe::Error naming the expert and the bad value.
 PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix> experts, int64_t n = 0, int64_t k = 0);
 PreparedExpertWeights prepare_gemm_weights(std::span<const Fp4Matrix* const> experts, int64_t n = 0, int64_t k = 0);
@@ -86,5 +89,7 @@ std::array<int16_t, 256> prepared_scale_table(Fp4Format f);
 
 // The kernel's scale-operand constant for a format (gemm_pack.hpp).
 uint32_t prepared_scale_exponent_add(Fp4Format f);
+// The bias of the format's prepared scale bytes (UE5M3, gemm_pack.hpp).
+constexpr int prepared_scale_bias(Fp4Format f) { return f == Fp4Format::nvfp4 ? pack::kNvfp4ScaleBias : pack::kMxfp4ScaleBias; }
 
 }  // namespace fp4moe

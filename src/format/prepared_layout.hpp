@@ -33,11 +33,17 @@ FP4MOE_HD CodeSlot code_slot(int64_t k, int64_t row, int64_t col) {
   return {word_offset(k, row / 16, col / 64, lane, int(kin / 16)), int(rr / 8 + 2 * (kk / 8)), int(kk % 2)};
 }
 
+// A 16-row group's scale granules (128 k each; the last is part padding where
+// K is not a multiple of 128: zero bytes, read only against zero codes).
+FP4MOE_HD int64_t scale_granules(int64_t k) { return (k + 127) / 128; }
+// An expert's prepared scale bytes: N/16 row groups of scale_granules(K) x 128 bytes.
+FP4MOE_HD int64_t scale_bytes(int64_t n, int64_t k) { return n / 16 * scale_granules(k) * kScaleGranuleBytes; }
+
 // Byte offset, inside one expert, of the prepared scale of W[row, col]'s 16-column block.
 FP4MOE_HD int64_t scale_offset(int64_t k, int64_t row, int64_t col) {
   const int64_t rg = row / 16, rr = row % 16;
   const int64_t kc = col / 128, step = (col % 128) / 16;
-  return (rg * (k / 128) + kc) * kScaleGranuleBytes + (rr % 8) * 16 + step * 2 + rr / 8;
+  return (rg * scale_granules(k) + kc) * kScaleGranuleBytes + (rr % 8) * 16 + step * 2 + rr / 8;
 }
 
 // The row of a checkpoint's w13 (`src_rows` gate rows and as many up rows, in

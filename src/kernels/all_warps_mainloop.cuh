@@ -108,9 +108,7 @@ struct AllWarpsMainloop {
   }
 
   // Item epilogue, first half: the accumulators (both sets summed) times the
-  // expert's dequantization scale (plus the rows' biases on the biased
-  // instance) into the fp32 staging tile [nt][bm].
-  template <EpilogueInstance Epi>
+  // expert's dequantization scale into the fp32 staging tile [nt][bm].
   __device__ __forceinline__ static void stage_item(const KernelParams& p, const WorkItem& w, const Acc& acc, float* epi,
                                                     int warp, int lane) {
     constexpr plan::GemmSmemLayout L{T};
@@ -120,13 +118,12 @@ struct AllWarpsMainloop {
       const int f = (warp * MT + mt) * 16 + lane / 4;
       // rows f and f+8 share a 16-row group, hence a dequant scale part
       const float gs = dequant_scale_of(p, w.expert, int64_t(w.ntile) * T.bm + f);
-      const float2 bias = fragment_row_biases<Epi>(p, w.expert, int64_t(w.ntile) * T.bm + f);
 #pragma unroll
       for (int jn = 0; jn < NT8; ++jn) {
         float v[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) v[q] = kAccSets == 2 ? acc[0][mt][jn][q] + acc[kAccSets - 1][mt][jn][q] : acc[0][mt][jn][q];
-        stage_fragment<Epi>(epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs, bias);
+        stage_fragment(epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
       }
     }
   }

@@ -99,6 +99,21 @@ __device__ __forceinline__ void tensor_copy_3d(void* smem, const CUtensorMap* ma
 #endif
 }
 
+// One box of a 4-dimensional tensor map (coordinates innermost first).
+__device__ __forceinline__ void tensor_copy_4d(void* smem, const CUtensorMap* map, int32_t c0, int32_t c1, int32_t c2,
+                                               int32_t c3, uint64_t* bar) {
+#ifdef FP4MOE_SM90_ASYNC
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::
+          "r"(ptx::smem_addr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(ptx::smem_addr(bar))
+      : "memory");
+#else
+  (void)smem, (void)map, (void)c0, (void)c1, (void)c2, (void)c3, (void)bar;
+  __trap();
+#endif
+}
+
 // --- thread-block clusters (sm_90) ---
 
 // Every thread of the cluster that has not exited meets here; what each wrote

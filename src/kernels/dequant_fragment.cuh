@@ -50,10 +50,25 @@ __device__ __forceinline__ void dequant_fragment(const uint4& wq, const uint4& s
 // 2j (row r) and 2j + 1 (row r + 8) of its weight piece, each through its
 // row's fold table, whose codes are bytes 0 and 1 of the scale piece's word
 // for the step's first k16 step (step8, even, in the k128 scale granule).
+// With rounded tables (NVFP4, fp8::rounded_fold_table: a block is one k16
+// step) registers 2 and 3, the step's second k16 half, take theirs from bytes
+// 2 and 3. (A kernel instance of its own: a branch here spilled registers.)
+template <bool Rounded>
 __device__ __forceinline__ void fp8_fragment(const uint4& wq, const uint4& sq, int j, int step8, uint32_t a[4]) {
   const uint32_t w_r = j == 0 ? wq.x : wq.z, w_r8 = j == 0 ? wq.y : wq.w;
   const uint32_t sword = (step8 / 2) == 0 ? sq.x : (step8 / 2) == 1 ? sq.y : (step8 / 2) == 2 ? sq.z : sq.w;
   uint32_t lo, hi;
+  if constexpr (Rounded) {
+    fp8::rounded_fold_table(sword & 0xFFu, lo, hi);
+    a[0] = fp8::low_register(w_r, lo, hi);
+    fp8::rounded_fold_table((sword >> 16) & 0xFFu, lo, hi);
+    a[2] = fp8::high_register(w_r, lo, hi);
+    fp8::rounded_fold_table((sword >> 8) & 0xFFu, lo, hi);
+    a[1] = fp8::low_register(w_r8, lo, hi);
+    fp8::rounded_fold_table(sword >> 24, lo, hi);
+    a[3] = fp8::high_register(w_r8, lo, hi);
+    return;
+  }
   fp8::fold_table(sword & 0xFFu, lo, hi);
   a[0] = fp8::low_register(w_r, lo, hi);
   a[2] = fp8::high_register(w_r, lo, hi);

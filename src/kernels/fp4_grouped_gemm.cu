@@ -108,11 +108,12 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
     // ---- epilogue of item j: scale, stage fp32 [nt][bm], then store / SwiGLU / scatter whole rows ----
     // (the loader is already streaming the next item's first stages)
     const WorkItem w = loader.work_item(j++);
-    if (p.probe != GemmProbe::no_output) Mainloop::template stage_item<Epi>(p, w, acc, epi, warp, lane);
+    if (p.probe != GemmProbe::no_output) Mainloop::stage_item(p, w, acc, epi, warp, lane);
     Mainloop::clear(acc);
     __syncthreads();
     if (p.probe != GemmProbe::no_output)
-      write_staged_tile<T.bm, kThreads, Epi>(p, w, epi, static_cast<int>(L.epilogue_row_stride() / 4), int64_t(w.ntile) * T.bm, tid);
+      write_staged_tile<T.bm, kThreads, Epi, T.swiglu_in_bias_pass, false>(p, w, epi, static_cast<int>(L.epilogue_row_stride() / 4),
+                                                                   int64_t(w.ntile) * T.bm, tid, [] { __syncthreads(); });
     // The staging tile is rewritten KT barriers later; nothing else waits here.
   }
   ptx::cp_async_wait<0>();
@@ -125,7 +126,7 @@ struct AllWarpsKernels {
   struct Pick {
     static constexpr KernelFn pick() {
       constexpr plan::GemmTile T = plan::kGemmTiles[I];
-      if constexpr (T.warp_specialized || (Epi == EpilogueInstance::biased && !T.biased_instance)) return nullptr;
+      if constexpr (T.warp_specialized) return nullptr;
       else return &fp4_grouped_gemm_kernel<I, Epi>;
     }
     static constexpr KernelFn fn = pick();
@@ -139,9 +140,7 @@ constexpr auto kBiasedKernels = tile_kernel_table<AllWarpsKernels<EpilogueInstan
 KernelFn all_warps_kernel(int tile, EpilogueInstance e) {
   FP4MOE_CHECK(tile >= 0 && tile < plan::kNumGemmTiles && kKernels[static_cast<size_t>(tile)],
                "tile " << tile << " is not an all-warps tile");
-  const KernelFn fn = (e == EpilogueInstance::biased ? kBiasedKernels : kKernels)[static_cast<size_t>(tile)];
-  FP4MOE_CHECK(fn, "tile " << plan::kGemmTiles[tile].name << " has no biased epilogue instance");
-  return fn;
+  return (e == EpilogueInstance::biased ? kBiasedKernels : kKernels)[static_cast<size_t>(tile)];
 }
 
 }  // namespace fp4moe::kernels

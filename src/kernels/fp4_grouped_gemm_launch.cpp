@@ -27,11 +27,18 @@ using detail::KernelParams;
 using detail::TensorMaps;
 using plan::GemmSmemLayout;
 
+// A tile's kernel instance: its epilogue, and for e4m3 tiles of NVFP4 weights the rounded fold.
+struct KernelInstance {
+  EpilogueInstance epilogue = EpilogueInstance::plain;
+  bool rounded_fold = false;
+  size_t index() const { return static_cast<size_t>(epilogue) + (rounded_fold ? 2 : 0); }
+};
+
 struct DeviceState : plan::DeviceLimits {
   // Per tile: the dynamic shared memory the kernel attribute allows (per
-  // epilogue instance), and the CTAs resident on the whole device at that size,
+  // kernel instance), and the CTAs resident on the whole device at that size,
   // measured once (launches stay cheap on the host).
-  std::array<std::array<int64_t, plan::kNumGemmTiles>, 2> attr_bytes{};
+  std::array<std::array<int64_t, plan::kNumGemmTiles>, 4> attr_bytes{};
   std::array<int64_t, plan::kNumGemmTiles> occupancy_bytes{};
   std::array<int, plan::kNumGemmTiles> occupancy{};
 };
@@ -47,13 +54,14 @@ DeviceState& state_of(const plan::DeviceLimits& device) {
 }
 
 // Tile `tile`'s kernel, instance e.
-KernelFn tile_kernel(int tile, EpilogueInstance e) {
-  return plan::kGemmTiles[tile].warp_specialized ? ws_kernel(tile, e) : all_warps_kernel(tile, e);
+KernelFn tile_kernel(int tile, KernelInstance e) {
+  return plan::kGemmTiles[tile].warp_specialized ? ws_kernel(tile, e.epilogue, e.rounded_fold)
+                                                 : all_warps_kernel(tile, e.epilogue);
 }
 
 // Raises instance e of tile `tile` to `smem` bytes of dynamic shared memory, once.
-void allow_smem(DeviceState& ds, int tile, EpilogueInstance e, int64_t smem) {
-  int64_t& allowed = ds.attr_bytes[static_cast<size_t>(e)][static_cast<size_t>(tile)];
+void allow_smem(DeviceState& ds, int tile, KernelInstance e, int64_t smem) {
+  int64_t& allowed = ds.attr_bytes[e.index()][static_cast<size_t>(tile)];
   if (allowed >= smem) return;
   FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(tile_kernel(tile, e)),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -61,12 +69,12 @@ void allow_smem(DeviceState& ds, int tile, EpilogueInstance e, int64_t smem) {
 }
 
 // CTAs of tile `tile` with `smem` bytes resident on the whole device (kernel
-// attribute raised and occupancy measured once per tile and size; both
-// instances of a tile take the same shared memory: the plain one's stands for both).
+// attribute raised and occupancy measured once per tile and size; every
+// instance of a tile takes the same shared memory: the plain one's stands for all).
 int resident_ctas(DeviceState& ds, int tile, int64_t smem) {
-  const KernelFn fn = tile_kernel(tile, EpilogueInstance::plain);
+  const KernelFn fn = tile_kernel(tile, {});
   const size_t ti = static_cast<size_t>(tile);
-  allow_smem(ds, tile, EpilogueInstance::plain, smem);
+  allow_smem(ds, tile, {}, smem);
   const int cluster = plan::kGemmTiles[tile].cluster_n;
   if (ds.occupancy_bytes[ti] != smem) {
     if (cluster > 1) {
@@ -100,9 +108,9 @@ bool is_biased(const GroupedGemmArgs& a) { return a.bias || a.activation != Gemm
 // The planner's verdict on a launch; a launch it rejects is an error carrying its explanation.
 plan::GemmTileFit checked_fit(const GemmLaunch& launch, const GroupedGemmArgs& a, const plan::SmemBudget& budget) {
   const plan::GemmTileFit fit =
-      plan::fit_gemm_tile(launch.tile, a.n, a.k, budget, launch.stages, is_biased(a), a.activations());
+      plan::fit_gemm_tile(launch.tile, a.n, a.k, budget, launch.stages, a.activations());
   FP4MOE_CHECK(fit.fits, "grouped GEMM: the planner rejects this launch: "
-                             << plan::plan_gemm_tile(launch.tile, a.n, a.k, budget, launch.stages, is_biased(a),
+                             << plan::plan_gemm_tile(launch.tile, a.n, a.k, budget, launch.stages,
                                                      a.activations())
                                     .explanation);
   return fit;
@@ -129,7 +137,7 @@ plan::SplitKPlan k_split_plan(const GroupedGemmArgs& a, const GemmLaunch& launch
 // Split-K parameters of a warp-specialized launch that runs `splits` parts (plan/split_k.hpp).
 void set_k_splits(KernelParams& kp, const GroupedGemmArgs& a, const GemmLaunch& launch, int splits) {
   const plan::GemmTile& tile = plan::kGemmTiles[launch.tile];
-  const int64_t kt = a.k / tile.bk;
+  const int64_t kt = tile.k_steps(a.k);
   FP4MOE_CHECK(launch.k_splits <= kt, "grouped GEMM: k_splits = " << launch.k_splits << " is more than the " << kt
                                                                  << " K stages of tile " << plan::gemm_tile_name(launch.tile));
   if (launch.k_splits > 1)
@@ -227,8 +235,9 @@ PreparedGemm prepare_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& la
   // The planner decides whether this launch may run; nothing it rejects is launched.
   const plan::GemmTileFit pl = checked_fit(launch, a, dev.budget);
   const plan::GemmTile& tile = plan::kGemmTiles[launch.tile];
-  const EpilogueInstance instance = is_biased(a) ? EpilogueInstance::biased : EpilogueInstance::plain;
-  FP4MOE_CHECK(instance == EpilogueInstance::plain || a.bias,
+  const KernelInstance instance{is_biased(a) ? EpilogueInstance::biased : EpilogueInstance::plain,
+                                tile.fp8() && a.format == Fp4Format::nvfp4};
+  FP4MOE_CHECK(instance.epilogue == EpilogueInstance::plain || a.bias,
                "grouped GEMM: the clamped SwiGLU runs in the biased epilogue, which needs bias [E, N] (zeros for none)");
   PreparedGemm g;
   g.kernel = tile_kernel(launch.tile, instance);

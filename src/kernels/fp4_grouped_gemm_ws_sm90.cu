@@ -59,7 +59,7 @@ using plan::GemmSmemLayout;
 // A consumer warpgroup's items: the K loop, the split-K sum where the item is
 // split (the CTA whose part arrives last sums the parts and writes the tile),
 // the epilogue.
-template <int TileIndex, EpilogueInstance Epi>
+template <int TileIndex, EpilogueInstance Epi, bool RoundedFold>
 __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSchedule<TileIndex>& sched,
                                              const StageRing<plan::kGemmTiles[TileIndex].cluster_n>& ring, uint8_t* smem,
                                              int tid) {
@@ -68,7 +68,7 @@ __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSche
   constexpr GemmSmemLayout L = Tile::L;
   constexpr int kMB = Tile::kMB;
   constexpr int kAllConsumersBarrier = WsEpilogue<TileIndex, Epi>::kFirstBarrier + 4;
-  using Mainloop = WsMainloop<TileIndex>;
+  using Mainloop = WsMainloop<TileIndex, RoundedFold>;
   const int warp = tid / 32, lane = tid % 32;
   const int cg = (warp - 4) / 4;  // consumer warpgroup: rows 64 MB cg .. 64 MB (cg + 1) - 1 of the tile
   const int wg_warp = warp % 4;   // its warp w owns rows 16 w .. 16 w + 15 of each of its m64 blocks
@@ -114,7 +114,8 @@ __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSche
   }
 }
 
-template <int TileIndex, EpilogueInstance Epi>
+// RoundedFold: an e4m3 tile's instance for NVFP4 weights (WsMainloop).
+template <int TileIndex, EpilogueInstance Epi, bool RoundedFold>
 __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::kGemmTiles[TileIndex].ctas_per_sm)
     fp4_grouped_gemm_ws_kernel(const KernelParams p, const __grid_constant__ TensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
     producer.run(lane);
   } else {
     if constexpr (T.reallocates_registers()) async::setmaxnreg_inc<T.consumer_registers()>();
-    run_consumer<TileIndex, Epi>(p, sched, ring, smem, tid);
+    run_consumer<TileIndex, Epi, RoundedFold>(p, sched, ring, smem, tid);
   }
   // A CTA leaves only when no peer can still copy into its shared memory or arrive on its barriers.
   if constexpr (kCluster > 1) async::cluster_sync();
@@ -169,29 +170,33 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
 #endif
 }
 
-template <EpilogueInstance Epi>
+template <EpilogueInstance Epi, bool RoundedFold>
 struct WarpSpecializedKernels {
   template <int I>
   struct Pick {
     static constexpr KernelFn pick() {
       constexpr plan::GemmTile T = plan::kGemmTiles[I];
-      if constexpr (T.warp_specialized && (Epi == EpilogueInstance::plain || T.biased_instance))
-        return &fp4_grouped_gemm_ws_kernel<I, Epi>;
+      if constexpr (T.warp_specialized && (!RoundedFold || T.fp8())) return &fp4_grouped_gemm_ws_kernel<I, Epi, RoundedFold>;
       else return nullptr;
     }
     static constexpr KernelFn fn = pick();
   };
 };
-constexpr auto kWsKernels = tile_kernel_table<WarpSpecializedKernels<EpilogueInstance::plain>::Pick>();
-constexpr auto kWsBiasedKernels = tile_kernel_table<WarpSpecializedKernels<EpilogueInstance::biased>::Pick>();
+template <EpilogueInstance Epi, bool RoundedFold>
+constexpr auto kWsKernels = tile_kernel_table<WarpSpecializedKernels<Epi, RoundedFold>::template Pick>();
 
 }  // namespace
 
-KernelFn ws_kernel(int tile, EpilogueInstance e) {
-  FP4MOE_CHECK(tile >= 0 && tile < plan::kNumGemmTiles && kWsKernels[static_cast<size_t>(tile)],
+KernelFn ws_kernel(int tile, EpilogueInstance e, bool rounded_fold) {
+  FP4MOE_CHECK(tile >= 0 && tile < plan::kNumGemmTiles && plan::kGemmTiles[tile].warp_specialized,
                "tile " << tile << " is not a warp-specialized tile");
-  const KernelFn fn = (e == EpilogueInstance::biased ? kWsBiasedKernels : kWsKernels)[static_cast<size_t>(tile)];
-  FP4MOE_CHECK(fn, "tile " << plan::kGemmTiles[tile].name << " has no biased epilogue instance");
+  FP4MOE_CHECK(!rounded_fold || plan::kGemmTiles[tile].fp8(),
+               "tile " << plan::kGemmTiles[tile].name << " multiplies bf16 activations: no rounded-fold instance");
+  const size_t t = static_cast<size_t>(tile);
+  const KernelFn fn =
+      rounded_fold ? (e == EpilogueInstance::biased ? kWsKernels<EpilogueInstance::biased, true>[t] : kWsKernels<EpilogueInstance::plain, true>[t])
+                   : (e == EpilogueInstance::biased ? kWsKernels<EpilogueInstance::biased, false>[t] : kWsKernels<EpilogueInstance::plain, false>[t]);
+  FP4MOE_CHECK(fn, "tile " << plan::kGemmTiles[tile].name << " has no such kernel instance");
   return fn;
 }
 

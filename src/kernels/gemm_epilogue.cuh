@@ -1,8 +1,9 @@
-// The grouped GEMM's epilogue: accumulator fragments scaled (and, on the
-// biased instances, their rows' biases added) into an fp32 staging tile in
-// shared memory, then written as whole rows: stored (bf16), SwiGLU of gate and
-// up rows (GEMM1), or weighted and added into each token's fp32 sum (the
-// fused finalize). Both kernels use it.
+// The grouped GEMM's epilogue: accumulator fragments scaled into an fp32
+// staging tile in shared memory (on the biased instances a pass over it then
+// adds the rows' biases, and on GEMM1 computes the SwiGLU there), then written
+// as whole rows: stored (bf16), SwiGLU of gate and up rows (GEMM1), or
+// weighted and added into each token's fp32 sum (the fused finalize). Both
+// kernels use it.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -16,34 +17,14 @@
 
 namespace fp4moe::kernels::detail {
 
-// The biases of a thread's two fragment rows f and f+8 (biased instances;
-// `row` is f's feature): loaded once per item, so that the write loops read
-// none (in the loops, 16 bias loads per piece made the widest tiles spill).
-template <EpilogueInstance Epi>
-__device__ __forceinline__ float2 fragment_row_biases(const KernelParams& p, int expert, int64_t row) {
-  if constexpr (Epi == EpilogueInstance::biased) {
-    const float* b = p.bias + int64_t(expert) * p.n + row;
-    return make_float2(__ldg(b), __ldg(b + 8));
-  } else {
-    return make_float2(0.f, 0.f);
-  }
-}
-
 // Accumulator fragment (rows f and f+8, token columns tok and tok+1 of an n8
 // tile; mma.sync's C layout, which is also wgmma's per warp) -> the fp32
-// staging tile [token][row], times the expert's dequantization scale, plus
-// (biased instances) each row's bias: fl(fl(acc * gs) + bias), never fused.
-template <EpilogueInstance Epi = EpilogueInstance::plain>
-__device__ __forceinline__ void stage_fragment(float* epi, int stride, int f, int tok, const float v[4], float gs,
-                                               float2 bias = {}) {
-  const auto out = [&](float x, float b) {
-    if constexpr (Epi == EpilogueInstance::biased) return __fadd_rn(__fmul_rn(x, gs), b);
-    else return x * gs;
-  };
-  epi[tok * stride + f] = out(v[0], bias.x);
-  epi[(tok + 1) * stride + f] = out(v[1], bias.x);
-  epi[tok * stride + f + 8] = out(v[2], bias.y);
-  epi[(tok + 1) * stride + f + 8] = out(v[3], bias.y);
+// staging tile [token][row], times the expert's dequantization scale.
+__device__ __forceinline__ void stage_fragment(float* epi, int stride, int f, int tok, const float v[4], float gs) {
+  epi[tok * stride + f] = v[0] * gs;
+  epi[(tok + 1) * stride + f] = v[1] * gs;
+  epi[tok * stride + f + 8] = v[2] * gs;
+  epi[(tok + 1) * stride + f + 8] = v[3] * gs;
 }
 
 // The dequantization scale of weight row `row` (its 16-row group picks a part).
@@ -67,32 +48,99 @@ __device__ __forceinline__ void store_16_bytes(__nv_bfloat16* dst, const uint32_
                : "memory");
 }
 
-// The SwiGLU of gate g and the up value at column u of `er`: silu(g) * up, or
-// (biased instances, when the launch asks for it) gpt-oss's clamped form
-// g' sigmoid(alpha g') (up' + 1). The plain form reads up after its division:
-// read first, it stays live across the division's slow path, and the cluster
-// tile, at its register cap, spilled.
-template <EpilogueInstance Epi>
-__device__ __forceinline__ float swiglu(const KernelParams& p, float g, const float* er, int u) {
-  if (Epi == EpilogueInstance::biased && p.clamped_swiglu) {
+// The SwiGLU of gate g and the up value at column u of `er`: silu(g) * up.
+// It reads up after the division: read first, it stays live across the
+// division's slow path, and the cluster tile, at its register cap, spilled.
+__device__ __forceinline__ float swiglu(float g, const float* er, int u) { return g / (1.f + __expf(-g)) * er[u]; }
+
+// The SwiGLU of the biased instances: gpt-oss's clamped form,
+// g' sigmoid(alpha g') (up' + 1), when the launch asks for it
+// (p.clamped_swiglu), else silu(g) * up; `up()` is read after the division,
+// as swiglu's.
+template <class Up>
+__device__ __forceinline__ float biased_swiglu(const KernelParams& p, float g, Up up) {
+  if (p.clamped_swiglu) {
     // std::min and std::clamp's comparisons (the reference's): a NaN stays NaN, where fminf would drop it
-    const float limit = p.swiglu_limit, v = er[u];
+    const float limit = p.swiglu_limit;
     g = limit < g ? limit : g;
-    const float up = v < -limit ? -limit : limit < v ? limit : v;
-    return g / (1.f + __expf(-p.swiglu_alpha * g)) * (up + 1.f);
+    const float u = up();
+    const float uc = u < -limit ? -limit : limit < u ? limit : u;
+    return g / (1.f + __expf(-p.swiglu_alpha * g)) * (uc + 1.f);
   }
-  return g / (1.f + __expf(-g)) * er[u];
+  return g / (1.f + __expf(-g)) * up();
+}
+
+// The thread's index among `Threads`, read from %tid.x where it is used: the
+// compiler does not hoist a volatile read, so nothing derived from it stays
+// live across the K loop (hoisted there, the bias pass's indices spilled the
+// widest tiles, whose accumulators fill the register file).
+template <int Threads>
+__device__ __forceinline__ int thread_index_here() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t % Threads;
+}
+
+// The biased instances' pass between staging and writing: each staged value
+// gets its row's bias, fl(fl(acc * gs) + bias), and where SwigluInPass (a
+// tile's GemmTile::swiglu_in_bias_pass) GEMM1's SwiGLU of each gate and up
+// pair is computed here too and left in the gate's place, for the write loop
+// to pack. A pass of its own: the bias loads in the staging loop, and the
+// clamped form in the write loop of some tiles, spilled registers there, where
+// the accumulators of the passes still to stage are live.
+template <int Rows, int Threads, bool SwigluInPass>
+__device__ __forceinline__ void bias_staged_tile(const KernelParams& p, const WorkItem& w, float* epi, int stride,
+                                                 int64_t col0) {
+  const float* bias = p.bias + int64_t(w.expert) * p.n + col0;
+  if (SwigluInPass && p.epilogue == int(GemmEpilogue::swiglu)) {
+    constexpr int kG = pack::kGateUpInterleaveRows, kOut = Rows / 2;
+#pragma unroll 1
+    for (int i = thread_index_here<Threads>(); i < w.rows * kOut; i += Threads) {
+      const int r = i / kOut, j = i % kOut;
+      const int g = (j / kG) * 2 * kG + j % kG;  // gate row of output column j; its up row is g + kG
+      float* er = epi + r * stride;
+      er[g] = biased_swiglu(p, __fadd_rn(er[g], __ldg(bias + g)), [&] { return __fadd_rn(er[g + kG], __ldg(bias + g + kG)); });
+    }
+  } else if constexpr (Threads % Rows == 0) {
+    // each thread one column, its bias loaded once, of every few rows (a loop
+    // over columns too, where one is not needed, spilled the e4m3 bm128_nt128 tile)
+    const int t = thread_index_here<Threads>(), c = t % Rows;
+    const float b = __ldg(bias + c);
+#pragma unroll 1
+    for (int r = t / Rows; r < w.rows; r += Threads / Rows) epi[r * stride + c] = __fadd_rn(epi[r * stride + c], b);
+  } else {
+    static_assert(Rows % Threads == 0, "the threads sweep whole rows");
+    const int t = thread_index_here<Threads>();
+#pragma unroll 1
+    for (int c = t; c < Rows; c += Threads) {
+      const float b = __ldg(bias + c);
+#pragma unroll 1
+      for (int r = 0; r < w.rows; ++r) epi[r * stride + c] = __fadd_rn(epi[r * stride + c], b);
+    }
+  }
 }
 
 // Writes a staged fp32 tile of `Rows` weight rows (output features col0..)
 // for the item's tokens, with `Threads` threads numbered by `tid`: whole
 // 16-byte rows to y (store), the SwiGLU of gate and up (interleaved every 16
 // rows, pack::kGateUpInterleaveRows), or topk-weighted fp32 atomics into the
-// token's output (scatter_add). The staged values already hold the biases
-// (stage_fragment; docs/kernels.md states the arithmetic).
-template <int Rows, int Threads, EpilogueInstance Epi = EpilogueInstance::plain>
-__device__ __forceinline__ void write_staged_tile(const KernelParams& p, const WorkItem& w, const float* epi, int stride,
-                                                  int64_t col0, int tid) {
+// token's output (scatter_add). The biased instance first runs its pass over
+// the tile (bias_staged_tile; docs/kernels.md states the arithmetic), then
+// `sync()`: the threads that staged the tile wait for each other. Where
+// BoundN (the tile takes tails), a 64-row group at or past N is neither biased
+// nor written: a row count of zero, and the bias pass, which loads a column's
+// bias before its rows, pointed at the last group inside N (the expert's
+// biases end at N). (Rather than a return, or a test around the pass or its
+// loads: each spilled registers on some of the widest biased tiles.)
+template <int Rows, int Threads, EpilogueInstance Epi, bool SwigluInBiasPass, bool BoundN, class Sync>
+__device__ __forceinline__ void write_staged_tile(const KernelParams& p, const WorkItem& item, float* epi, int stride,
+                                                  int64_t col0, int tid, Sync sync) {
+  WorkItem w = item;
+  if (BoundN && col0 >= p.n) w.rows = 0;
+  if constexpr (Epi == EpilogueInstance::biased) {
+    bias_staged_tile<Rows, Threads, SwigluInBiasPass>(p, w, epi, stride, BoundN ? min(col0, p.n - Rows) : col0);
+    sync();
+  }
   if (p.epilogue == int(GemmEpilogue::swiglu)) {
     constexpr int kPieces = Rows / 2 / 8;  // 8 output columns per piece
     constexpr int kG = pack::kGateUpInterleaveRows;
@@ -106,7 +154,11 @@ __device__ __forceinline__ void write_staged_tile(const KernelParams& p, const W
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int c = g + 2 * q;
-        o[q] = bf16x2_bits(swiglu<Epi>(p, er[c], er, c + kG), swiglu<Epi>(p, er[c + 1], er, c + kG + 1));
+        if constexpr (Epi == EpilogueInstance::biased && SwigluInBiasPass) o[q] = bf16x2_bits(er[c], er[c + 1]);
+        else if constexpr (Epi == EpilogueInstance::biased)
+          o[q] = bf16x2_bits(biased_swiglu(p, er[c], [&] { return er[c + kG]; }),
+                             biased_swiglu(p, er[c + 1], [&] { return er[c + kG + 1]; }));
+        else o[q] = bf16x2_bits(swiglu(er[c], er, c + kG), swiglu(er[c + 1], er, c + kG + 1));
       }
       store_16_bytes(p.y + int64_t(w.row0 + r) * ld + col0 / 2 + j0, o);
     }

@@ -13,8 +13,9 @@ namespace fp4moe::kernels {
 
 // The kernel of tile `tile` with epilogue instance `e`: warp-specialized
 // (fp4_grouped_gemm_ws_sm90.cu) or all warps loading (fp4_grouped_gemm.cu),
-// as plan::kGemmTiles[tile] says.
-detail::KernelFn ws_kernel(int tile, detail::EpilogueInstance e);
+// as plan::kGemmTiles[tile] says. rounded_fold: an e4m3 tile's instance for
+// NVFP4 weights (fp8::rounded_fold_table).
+detail::KernelFn ws_kernel(int tile, detail::EpilogueInstance e, bool rounded_fold = false);
 detail::KernelFn all_warps_kernel(int tile, detail::EpilogueInstance e);
 
 // x [rows, k] of `type` (bf16 or e4m3), boxes of one 128-byte atom (64 or 128

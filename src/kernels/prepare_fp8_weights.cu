@@ -10,6 +10,7 @@
 #include "common/cuda_check.hpp"
 #include "format/fp8_fragment.hpp"
 #include "format/gemm_pack.hpp"
+#include "format/prepare_gemm.hpp"
 #include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
 #include "kernels/prepare_fp8_weights.hpp"
@@ -25,8 +26,11 @@ __global__ void __launch_bounds__(kThreads) prepare_fp8_kernel(const PrepareFp8A
   __shared__ uint8_t tile[16][64];      // one granule's codes, sign << 3 | magnitude
   __shared__ int row_hi[16];
   const int64_t rg = blockIdx.x, e = blockIdx.y, K = a.k, steps = K / 16;
+  const bool rounded = a.format == Fp4Format::nvfp4;
+  const int bias = prepared_scale_bias(a.format);
+  const int block_steps = (rounded ? kNvfp4BlockSize : kMxfp4BlockSize) / 16;
   uint8_t* w = a.weights + e * (a.n * K / 2);
-  uint8_t* sc = a.scales + e * (a.n * K / 16);
+  uint8_t* sc = a.scales + e * pack::scale_bytes(a.n, K);
   const int i = threadIdx.x, lane = i / 4;
   for (int64_t kc = 0; kc < K / 64; ++kc) {
     {  // FP4 word t of the lane: reg (row + 8) + 2 (column + 8), halves columns c and c + 1
@@ -64,10 +68,10 @@ __global__ void __launch_bounds__(kThreads) prepare_fp8_kernel(const PrepareFp8A
     const int64_t row = rg * 16 + i;
     int hi = INT_MIN;
     for (int64_t s = 0; s < steps; ++s)
-      if (nonzero[i * steps + s]) hi = max(hi, fp8::mxfp4_block_exponent(sc[pack::scale_offset(K, row, s * 16)]));
+      if (nonzero[i * steps + s]) hi = max(hi, fp8::block_exponent(sc[pack::scale_offset(K, row, s * 16)], bias));
     row_hi[i] = hi;
     const float global = a.dequant_scale[e * a.scale_parts + (row / 16) % a.scale_parts] / pack::kAccumulatorFactor;
-    a.row_scale[e * a.n + row] = ldexpf(global, fp8::row_exponent(hi, hi != INT_MIN));
+    a.row_scale[e * a.n + row] = ldexpf(global, fp8::row_exponent(hi, hi != INT_MIN, rounded));
   }
   __syncthreads();
   for (int64_t idx = i; idx < 16 * steps; idx += kThreads) {  // each block scale byte -> its fold code
@@ -76,14 +80,15 @@ __global__ void __launch_bounds__(kThreads) prepare_fp8_kernel(const PrepareFp8A
     uint8_t& b = sc[pack::scale_offset(K, row, s * 16)];
     int u = 0;
     if (nonzero[idx]) {
-      u = fp8::fold_code(fp8::mxfp4_block_exponent(b), fp8::row_exponent(row_hi[r], true));
+      u = fp8::fold_code(fp8::block_exponent(b, bias), fp8::row_exponent(row_hi[r], true, rounded));
       if (u < 0) {
-        if (s % 2 == 0 || !nonzero[idx - 1]) {  // counted once per 32-wide block, at its first nonzero half
+        if (s % block_steps == 0 || !nonzero[idx - 1]) {  // counted once per block, at its first nonzero step
           atomicAdd(&a.below[e], 1);
           atomicMin(&a.first_row[e], int(row));
         }
         u = 0;
       }
+      u |= int(fp8::block_mantissa(b)) << 4;  // (NVFP4: the scale's mantissa picks the rounded table)
     }
     b = uint8_t(u);
   }
@@ -95,8 +100,9 @@ void launch_prepare_fp8_weights(const PrepareFp8Args& a, cudaStream_t stream) {
   FP4MOE_CHECK(a.weights && a.scales && a.dequant_scale && a.row_scale && a.below && a.first_row,
                "FP8 prepare: a null device pointer");
   FP4MOE_CHECK(a.experts > 0 && a.experts <= 65535, "FP8 prepare: " << a.experts << " experts (1 to 65535)");
-  FP4MOE_CHECK(a.n > 0 && a.n % 16 == 0 && a.k > 0 && a.k % 128 == 0,
-               "FP8 prepare: [" << a.n << ", " << a.k << "] is not prepared (N a multiple of 16, K of 128)");
+  FP4MOE_CHECK(a.n > 0 && a.n % 16 == 0 && a.k > 0 && a.k % kPreparedKGranule == 0,
+               "FP8 prepare: [" << a.n << ", " << a.k << "] is not prepared (N a multiple of 16, K of " << kPreparedKGranule
+                                << ")");
   // (a byte per 16 of K per row in shared memory, beside 1088 static bytes, within the 48 KiB without opt-in)
   FP4MOE_CHECK(a.k <= 32768, "FP8 prepare: K = " << a.k << " is over 32768");
   FP4MOE_CHECK(a.scale_parts >= 1, "FP8 prepare: scale_parts = " << a.scale_parts);

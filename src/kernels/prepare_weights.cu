@@ -2,6 +2,7 @@
 // the lane's four words; one thread per (expert, row, 16-column block) writes
 // its prepared scale. A zero scale or a block of +-0 codes is stored as scale
 // byte 0 with its codes cleared, as the host packer does (exact).
+#include "format/prepare_gemm.hpp"
 #include "format/gemm_pack.hpp"
 #include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(256) prepare_scales_kernel(const PrepareWeight
     p = a.prepared_scale[src.scale_byte(r, col)];
     if (p < 0) atomicMin(a.first_bad, static_cast<unsigned long long>(idx)), p = 0;
   }
-  a.prepared_scales[e * (a.n * a.k / 16) + pack::scale_offset(a.k, row, col)] = static_cast<uint8_t>(p);
+  a.prepared_scales[e * pack::scale_bytes(a.n, a.k) + pack::scale_offset(a.k, row, col)] = static_cast<uint8_t>(p);
 }
 
 }  // namespace
@@ -90,7 +91,8 @@ void launch_prepare_weights(const PrepareWeightsArgs& args, cudaStream_t stream)
   if (!a.k_src) a.k_src = a.k;
   FP4MOE_CHECK(a.n > 0 && a.n % 16 == 0 && (!a.gated || a.n % 32 == 0),
                "prepare_weights: N = " << a.n << " is not a positive multiple of " << (a.gated ? 32 : 16));
-  FP4MOE_CHECK(a.k > 0 && a.k % 128 == 0, "prepare_weights: K = " << a.k << " is not a positive multiple of 128");
+  FP4MOE_CHECK(a.k > 0 && a.k % kPreparedKGranule == 0,
+               "prepare_weights: K = " << a.k << " is not a positive multiple of " << kPreparedKGranule);
   FP4MOE_CHECK(a.n_src > 0 && a.n_src <= a.n && (!a.gated || a.n_src % 2 == 0),
                "prepare_weights: the checkpoint's N = " << a.n_src << " is not " << (a.gated ? "an even number " : "")
                                                         << "in 1.." << a.n);

@@ -35,6 +35,15 @@ struct RouteArgs {
 };
 // Bitwise the CPU reference's choice and weights (src/reference/router_math.hpp).
 void launch_route(const RouteArgs& a, cudaStream_t stream);
+inline constexpr int kRouteMaxExperts = 1024;  // 32 per lane
+// The arguments launch_route refuses (an fp4moe::Error naming the value).
+void check_route_args(const RouteArgs& a);
+// Experts per lane of a routing warp, rounded up to the kernels' instances (1, 2, 4, ..., 32).
+constexpr int route_experts_per_lane(int experts) {
+  int p = 1;
+  while (p * 32 < experts) p *= 2;
+  return p;
+}
 // The router of model `cfg` (its scoring, groups, scaling) over `tokens`
 // tokens into ids, weights and status; the logits are the caller's to set.
 RouteArgs route_args(const MoeConfig& cfg, const float* correction_bias, int64_t tokens, int32_t* topk_ids,
@@ -67,6 +76,21 @@ struct PermuteArgs {
 // Counting sort by expert; inside an expert, ascending pair index (deterministic).
 // An id of -1 is no expert (padding rows, an engine's dropped pair): dropped, not flagged.
 void launch_permute(const PermuteArgs& a, cudaStream_t stream);
+inline constexpr int kPermuteMaxExperts = 4096;
+// The arguments launch_permute takes (global_experts 0 made E), or an fp4moe::Error naming the bad value.
+PermuteArgs checked_permute_args(const PermuteArgs& a);
+
+// Routing and permutation in one launch (one CTA), for few tokens: the
+// outputs of launch_route then launch_permute, bitwise, with the permutation
+// reading the routing's ids from shared memory. r.topk_ids is p's ids.
+inline constexpr int64_t kRoutePermuteMaxTokens = 8;
+inline constexpr int kRoutePermuteMaxExperts = 512;
+// Whether a forward of `tokens` over E experts (global, and held) takes it.
+constexpr bool route_permute_fits(int64_t tokens, int experts, int held_experts) {
+  return tokens >= 1 && tokens <= kRoutePermuteMaxTokens && experts <= kRoutePermuteMaxExperts &&
+         held_experts <= kRoutePermuteMaxExperts;
+}
+void launch_route_permute(const RouteArgs& r, const PermuteArgs& p, cudaStream_t stream);
 
 struct GatherRowsArgs {
   const __nv_bfloat16* x = nullptr;  // [*, cols]

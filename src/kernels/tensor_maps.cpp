@@ -30,7 +30,7 @@ CUtensorMap encode_tiled(CUtensorMapDataType type, cuuint32_t rank, const void* 
   static const Encode encode = driver_function<Encode>("cuTensorMapEncodeTiled");
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, what << ": the base address is not 16-byte aligned");
   CUtensorMap map;
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const cuuint32_t elem_strides[plan::TmaGeometry::kMaxRank] = {1, 1, 1, 1};
   const CUresult r = encode(&map, type, rank, const_cast<void*>(base), dims, strides, box, elem_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -51,9 +51,10 @@ void replace_tensor_map_address(CUtensorMap& map, const void* base) {
 CUtensorMap activation_tensor_map(const void* x, int64_t rows, int64_t k, int nt, plan::ActivationType type) {
   const bool e4m3 = type == plan::ActivationType::e4m3;
   const int64_t atom_k = e4m3 ? 128 : 64;  // one 128-byte swizzle row
-  FP4MOE_CHECK(k % atom_k == 0 && rows > 0, "activation tensor map: x [" << rows << ", " << k << "] of "
-                                                << plan::activation_type_name(type) << " needs K a multiple of " << atom_k
-                                                << " and at least one row");
+  // (K in the tail granule's steps: an e4m3 box may lie half past K, zero-filled)
+  FP4MOE_CHECK(k % plan::kTailGranule == 0 && rows > 0, "activation tensor map: x [" << rows << ", " << k << "] of "
+                                                           << plan::activation_type_name(type) << " needs K a multiple of "
+                                                           << plan::kTailGranule << " and at least one row");
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * (e4m3 ? 1 : 2)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(atom_k), static_cast<cuuint32_t>(nt)};
@@ -67,8 +68,8 @@ CUtensorMap encode_prepared_bytes(const uint8_t* base, const plan::TmaGeometry& 
                                   const plan::GemmTile& t) {
   FP4MOE_CHECK(g.valid(), what << " tensor map: N = " << n << ", K = " << k << " with a " << t.bm << " x " << t.bk
                                << " tile gives a box the tensor memory accelerator cannot copy");
-  cuuint64_t dims[3], strides[2];
-  cuuint32_t box[3];
+  cuuint64_t dims[plan::TmaGeometry::kMaxRank], strides[plan::TmaGeometry::kMaxRank - 1];
+  cuuint32_t box[plan::TmaGeometry::kMaxRank];
   for (int i = 0; i < g.rank; ++i) dims[i] = cuuint64_t(g.dims[i]), box[i] = cuuint32_t(g.box[i]);
   for (int i = 0; i + 1 < g.rank; ++i) strides[i] = cuuint64_t(g.strides[i]);
   return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, cuuint32_t(g.rank), base, dims, strides, box,

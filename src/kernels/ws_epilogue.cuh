@@ -1,8 +1,8 @@
 // The warp-specialized kernel's epilogue of one item: each consumer warpgroup
 // stages its m64 blocks' accumulators (times the expert's dequantization
-// scale; e4m3 tiles: times each row's scale and each token's; plus the rows'
-// biases on the biased instance) in its own part of the staging tile, GemmTile::epilogue_rows() tokens
-// per pass, and writes them (gemm_epilogue.cuh: store, SwiGLU or scatter-add);
+// scale; e4m3 tiles: times each row's scale and each token's) in its own part
+// of the staging tile, GemmTile::epilogue_rows() tokens per pass, and writes
+// them (gemm_epilogue.cuh: biases, then store, SwiGLU or scatter-add);
 // the producer streams the next item's stages meanwhile, and warpgroups never
 // wait for each other.
 #pragma once
@@ -35,7 +35,10 @@ struct WsEpilogue : WsTile<TileIndex> {
       const int64_t row = int64_t(w.ntile) * T.bm + group * 64 + f;
       // e4m3 tiles: each output row's power of two (and global scale), each token's activation scale
       float rs[2] = {1.f, 1.f};
-      if constexpr (T.fp8()) rs[0] = p.row_scale[w.expert * p.n + row], rs[1] = p.row_scale[w.expert * p.n + row + 8];
+      if constexpr (T.fp8()) {
+        // (a group past N, in a partial last N tile, is never written: its scales are not read)
+        if (row < p.n) rs[0] = p.row_scale[w.expert * p.n + row], rs[1] = p.row_scale[w.expert * p.n + row + 8];
+      }
       const float gs = T.fp8() ? 1.f : dequant_scale_of(p, w.expert, row);
 #pragma unroll
       for (int pass = 0; pass < T.nt / kEpiTokens; ++pass) {
@@ -46,8 +49,6 @@ struct WsEpilogue : WsTile<TileIndex> {
         async::named_barrier(kFirstBarrier + cg, 128);  // the previous pass has read the staging tile
 #pragma unroll
         for (int jn = 0; jn < kEpiTokens / 8; ++jn) {
-          // (loaded per fragment, from L1 after the first: held across the passes, they spilled the widest tiles)
-          const float2 bias = fragment_row_biases<Epi>(p, w.expert, row);
           const int jj = pass * (kEpiTokens / 8) + jn;
           float v[4] = {acc[b][jj * 4], acc[b][jj * 4 + 1], acc[b][jj * 4 + 2], acc[b][jj * 4 + 3]};
           if constexpr (T.fp8()) {
@@ -56,10 +57,11 @@ struct WsEpilogue : WsTile<TileIndex> {
             const float xs1 = tok + 1 < w.rows ? p.x_scale[w.row0 + tok + 1] : 0.f;
             v[0] *= xs0 * rs[0], v[1] *= xs1 * rs[0], v[2] *= xs0 * rs[1], v[3] *= xs1 * rs[1];
           }
-          stage_fragment<Epi>(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs, bias);
+          stage_fragment(group_epi, kEpiStride, f, jn * 8 + (lane % 4) * 2, v, gs);
         }
         async::named_barrier(kFirstBarrier + cg, 128);
-        write_staged_tile<64, 128, Epi>(p, part, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + group * 64, gtid);
+        write_staged_tile<64, 128, Epi, T.swiglu_in_bias_pass, T.takes_tails()>(p, part, group_epi, kEpiStride, int64_t(w.ntile) * T.bm + group * 64, gtid,
+                                        [&] { async::named_barrier(kFirstBarrier + cg, 128); });
       }
     }
   }

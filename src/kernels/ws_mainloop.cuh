@@ -23,7 +23,8 @@
 
 namespace fp4moe::kernels::detail {
 
-template <int TileIndex>
+// RoundedFold: e4m3 tiles of NVFP4 weights (fp8::rounded_fold_table).
+template <int TileIndex, bool RoundedFold>
 struct WsMainloop : WsTile<TileIndex> {
   using WsTile<TileIndex>::T;
   using WsTile<TileIndex>::L;
@@ -72,7 +73,7 @@ struct WsMainloop : WsTile<TileIndex> {
   }
   // A lane's A fragment of MMA step t of granule kk: dequantized to bf16, or as e4m3.
   __device__ __forceinline__ void a_fragment(const uint4& wq, const uint4& sq, int kk, int t, uint32_t (&a)[4]) const {
-    if constexpr (T.fp8()) fp8_fragment(wq, sq, t, (kk % 2) * 4 + 2 * t, a);
+    if constexpr (T.fp8()) fp8_fragment<RoundedFold>(wq, sq, t, (kk % 2) * 4 + 2 * t, a);
     else dequant_fragment(wq, sq, t, (kk % 2) * 4 + t, p.scale_add2, a);
   }
   // The byte offset in a stage's activations of MMA step t of granule kk: its

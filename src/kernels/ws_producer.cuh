@@ -32,9 +32,9 @@ struct WsProducer : WsTile<TileIndex> {
 
   // The weights and scales of K stage kt of item w into the ring slot at st (one tensor copy each).
   __device__ void copy_stage_weights(uint8_t* st, int kt, const WorkItem& w, uint64_t* bar) const {
-    const int rowgroup0 = w.expert * static_cast<int>(sched.p.n / 16) + w.ntile * (T.bm / 16);  // the tile's first 16-row group
-    async::tensor_copy_3d(st + L.weight_offset(), &maps.weights, 0, kt * (T.bk / 32), rowgroup0, bar);
-    async::tensor_copy_2d(st + L.scale_offset(), &maps.scales, kt * T.bk, rowgroup0, bar);
+    const int rowgroup0 = w.ntile * (T.bm / 16);  // the tile's first 16-row group in its expert
+    async::tensor_copy_4d(st + L.weight_offset(), &maps.weights, 0, kt * (T.bk / 32), rowgroup0, w.expert, bar);
+    async::tensor_copy_3d(st + L.scale_offset(), &maps.scales, kt * T.bk, rowgroup0, w.expert, bar);
   }
 
   // The activation rows of K stage kt of an item whose rows start at row0,

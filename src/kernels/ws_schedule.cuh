@@ -28,14 +28,23 @@ struct WsSchedule : WsTile<TileIndex> {
   // The items this CTA walks: its cluster's, each CTA of a cluster with its
   // own N tile (clusters run along x).
   __device__ static int first_item() { return int(blockIdx.x) / kCluster; }
-  __device__ static int item_stride() { return int(gridDim.x) / kCluster; }
+  // (%nctaid.x read where it is used, as a volatile read that is not hoisted:
+  // kept live across the K loop, the stride spilled the widest cluster tile)
+  __device__ static int item_stride() {
+    int ctas;
+    asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(ctas));
+    return ctas / kCluster;
+  }
   __device__ static int cluster_rank() { return int(blockIdx.x) % kCluster; }
   // expert_offsets[E], kept in shared memory by build_chunk_prefix
   __device__ int32_t* routed_rows() const {
     constexpr plan::GemmSmemLayout layout{T};  // (a static member is host data; a local constant is not)
     return reinterpret_cast<int32_t*>(smem + layout.routed_rows_offset(p.stages));
   }
-  __device__ int n_tiles() const { return static_cast<int>(p.n / T.bm); }
+  __device__ int n_tiles() const {
+    constexpr plan::GemmTile tile = T;  // a local copy: device code cannot read the static member
+    return static_cast<int>(tile.n_tiles(p.n));
+  }
   // Split-K: item i is part i % splits of (chunk, N tile) item i / splits; the
   // parts of one item are neighbours, so they run at the same time. Every CTA
   // counts the same: no split where the real items would overflow the workspace.
@@ -47,7 +56,10 @@ struct WsSchedule : WsTile<TileIndex> {
   }
   __device__ int total_items() const { return prefix[E] * (n_tiles() / kCluster) * splits(); }
   // K stages [kt_begin(s), kt_begin(s + 1)) of part s
-  __device__ int kt_begin(int split, int parts) const { return static_cast<int>(p.k / T.bk) * split / parts; }
+  __device__ int kt_begin(int split, int parts) const {
+    constexpr plan::GemmTile tile = T;
+    return static_cast<int>(tile.k_steps(p.k)) * split / parts;
+  }
   __device__ WorkItem item(int i, int parts) const {
     WorkItem w = work_item<T.chunk(), true>(i / parts, prefix, p.expert_offsets, E, prefix[E], n_tiles() / kCluster);
     if constexpr (kCluster > 1) w.ntile = w.ntile * kCluster + cluster_rank();

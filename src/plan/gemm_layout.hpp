@@ -29,6 +29,10 @@ constexpr int64_t token_chunks(int64_t rows, int chunk, int max_rows) {
 // One tile configuration of the FP4 grouped GEMM, and every policy that
 // differs per tile: the kernels, the planner, the tuner and the tests read
 // them here. `name` is stable (tune caches and the CLI name tiles by it).
+// The step in which the tiles that take tails (GemmTile::takes_tails) take N
+// and K: a 16-row group's K granule of the prepared layout, and 64-row epilogue groups.
+inline constexpr int64_t kTailGranule = 64;
+
 struct GemmTile {
   const char* name;
   int bm;           // weight rows (output features) per CTA; 16 * warp_m_tiles per warp
@@ -63,10 +67,10 @@ struct GemmTile {
   // dequantized once) multiplies no more columns than the expert has (rounded
   // up to the step). 0: the widths of k_loop_width's rule below.
   int k_loop_step = 0;
-  // The tile has a biased epilogue instance (expert biases, gpt-oss's clamped
-  // SwiGLU): false where that instance would spill registers; GEMMs with
-  // biases are planned on the others.
-  bool biased_instance = true;
+  // Where the biased instance computes GEMM1's SwiGLU: in its bias pass over
+  // the staging tile (the write loop then only packs), or in the write loop.
+  // Either spills some tile and not the other (docs/kernels.md).
+  bool swiglu_in_bias_pass = true;
   // The activations' type (warp-specialized wgmma tiles only for e4m3): a tile
   // runs the GEMMs of its type; e4m3 tiles multiply by wgmma k32 and stage one
   // byte per activation.
@@ -81,6 +85,11 @@ struct GemmTile {
   constexpr int mma_k() const { return fp8() ? 32 : 16; }
   constexpr int chunk() const { return chunk_rows > 0 ? chunk_rows : nt; }
   constexpr int64_t chunks_of(int64_t rows) const { return token_chunks(rows, chunk(), nt); }
+  // K stages and N tiles of a GEMM: the last may be partial where the tile takes
+  // tails (takes_tails()): the tensor copies fill what lies past K with zeros, and
+  // the epilogue writes no row at or past N.
+  constexpr int64_t k_steps(int64_t k) const { return (k + bk - 1) / bk; }
+  constexpr int64_t n_tiles(int64_t n) const { return (n + bm - 1) / bm; }
   // fp32 accumulators per consumer thread (wgmma: nt / 2 per m64 block; mma.sync: 4 per m16 x n8)
   constexpr int accumulators_per_thread() const { return warp_m_tiles * nt / 2; }
   constexpr int warps() const { return bm / (16 * warp_m_tiles); }  // math warps
@@ -93,6 +102,12 @@ struct GemmTile {
   // Split-K (plan/split_k.hpp): warp-specialized tiles, but not warpgroup tiles
   // of more than 128 accumulators per thread, whose split sum would spill
   // registers, nor cluster tiles (both CTAs of a cluster walk the same items).
+  // A K or N that the tile does not divide, in steps of 64 (the prepared
+  // layout's K granule and the epilogue's row group): the warp-specialized
+  // tiles, bf16 and e4m3, whose tensor copies zero-fill what lies past the end
+  // (an e4m3 activation atom of 128 k half past K too); the all-warps tiles'
+  // loaders do not.
+  constexpr bool takes_tails() const { return warp_specialized; }
   constexpr bool splits_k() const {
     return warp_specialized && cluster_n == 1 && !(wgmma && accumulators_per_thread() > 128);
   }
@@ -103,14 +118,18 @@ struct GemmTile {
   // __launch_bounds__ (multiples of 8); warp-specialized tiles move registers
   // from the producer, which issues copies and needs few, to the consumers
   // (setmaxnreg): 72, or 40 or 24 where the consumers hold the most live
-  // values per register they can get.
+  // values per register they can get. The cluster tiles of more than 128
+  // accumulators per thread take 24 (their consumers 240): their consumers
+  // also keep the peer CTA's barriers, and at 232 the biased instance spilled.
   constexpr int register_cap() const { return (65536 / (threads() * ctas_per_sm)) / 8 * 8; }
   constexpr int producer_registers() const {
-    return register_cap() < 64 || (consumer_warpgroups() == 4 && (accumulators_per_thread() >= 64 || k_loop_step > 0)) ? 24 : register_cap() < 128 || accumulators_per_thread() > 128 ? 40 : 72;
+    if (register_cap() < 64 || (consumer_warpgroups() == 4 && (accumulators_per_thread() >= 64 || k_loop_step > 0))) return 24;
+    if (cluster_n > 1 && accumulators_per_thread() > 128) return 24;
+    return register_cap() < 128 || accumulators_per_thread() > 128 ? 40 : 72;
   }
   constexpr int consumer_registers() const {
     const int r = (threads() * register_cap() - kProducerThreads * producer_registers()) / (threads() - kProducerThreads) / 8 * 8;
-    return r > 232 ? 232 : r;
+    return r > 240 ? 240 : r;
   }
   // Who reallocates: the tiles whose consumers would not fit their live values
   // in the launch's even share (many accumulators per thread, four consumer
@@ -240,7 +259,7 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm256_nt64_bk256_mt1_c1_ws_e16", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .epilogue_token_rows = 16},
     // Prefill in clusters of two N tiles sharing the activations (multicast):
     // a third fewer bytes per stage from L2 per CTA.
-    {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136_cl2", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136, .cluster_n = 2, .biased_instance = false},
+    {.name = "bm256_nt144_bk128_mt2_c1_ws_ch136_cl2", .bm = 256, .nt = 144, .bk = 128, .warp_m_tiles = 2, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .chunk_rows = 136, .cluster_n = 2},
     // Three CTAs per SM: a GEMM of a few hundred single-token items runs in one round.
     {.name = "bm128_nt8_bk256_mt1_c3_ws_sync", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 3, .warp_specialized = true},
     // Decode sizes, for the tuner: chunks of 128, so an expert of up to 128 rows is
@@ -254,7 +273,7 @@ inline constexpr GemmTile kGemmTiles[] = {
     // The 64-token cluster tile with the K loop as wide as the rows in steps of 8
     // (half the wasted columns of steps of 16), for the tuner: twice the K-loop
     // copies, which the ranking does not take.
-    {.name = "bm256_nt64_bk256_mt1_c1_ws_e16_w8_cl2", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .epilogue_token_rows = 16, .k_loop_step = 8, .biased_instance = false},
+    {.name = "bm256_nt64_bk256_mt1_c1_ws_e16_w8_cl2", .bm = 256, .nt = 64, .bk = 256, .warp_m_tiles = 1, .max_stages = 3, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .cluster_n = 2, .epilogue_token_rows = 16, .k_loop_step = 8},
     // e4m3 activations (W4A8, docs/fp8.md): the warp-specialized wgmma tiles
     // of each token width, k32 per wgmma; an activation stage takes half the
     // bytes of bf16's.
@@ -266,7 +285,7 @@ inline constexpr GemmTile kGemmTiles[] = {
     {.name = "bm256_nt32_bk128_mt1_c1_ws_w8_fp8", .bm = 256, .nt = 32, .bk = 128, .warp_m_tiles = 1, .max_stages = 6, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 8, .activations = ActivationType::e4m3},
     {.name = "bm256_nt64_bk128_mt1_c1_ws_fp8", .bm = 256, .nt = 64, .bk = 128, .warp_m_tiles = 1, .max_stages = 5, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     // (K-loop widths 64 and 128: with the default four, or six stages, ptxas spills its plain instance)
-    {.name = "bm128_nt128_bk128_mt1_c1_ws_fp8", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 64, .biased_instance = false, .activations = ActivationType::e4m3},
+    {.name = "bm128_nt128_bk128_mt1_c1_ws_fp8", .bm = 128, .nt = 128, .bk = 128, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 1, .wgmma = true, .warp_specialized = true, .k_loop_step = 64, .swiglu_in_bias_pass = false, .activations = ActivationType::e4m3},
     // decode sizes: two CTAs of two consumer warpgroups per SM, twice the items of bm256 in a round
     {.name = "bm128_nt8_bk256_mt1_c2_ws_fp8", .bm = 128, .nt = 8, .bk = 256, .warp_m_tiles = 1, .max_stages = 4, .ctas_per_sm = 2, .wgmma = true, .warp_specialized = true, .activations = ActivationType::e4m3},
     // three CTAs per SM (three stages each): more weight copies in flight where K is short
@@ -360,7 +379,7 @@ struct GemmSmemLayout {
     if (room < 0) return 0;
     int64_t s = room / smem_bytes_per_stage();
     if (s > tile.max_stages) s = tile.max_stages;
-    if (s > k / tile.bk + 1) s = k / tile.bk + 1;
+    if (s > tile.k_steps(k) + 1) s = tile.k_steps(k) + 1;
     return static_cast<int>(s);
   }
   static constexpr int kMinStages = 2;

@@ -28,7 +28,7 @@ bool wgmma_switched_off() {
 }  // namespace
 
 GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request,
-                          bool biased, ActivationType activations) {
+                          ActivationType activations) {
   FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumGemmTiles,
                "GEMM tile index " << tile_index << " is outside 0.." << kNumGemmTiles - 1);
   const GemmSmemLayout L = gemm_layout(tile_index);
@@ -41,14 +41,14 @@ GemmTileFit fit_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget
   using Why = GemmTileFit::Why;
   if (t.activations != activations) f.why = Why::other_activations;
   else if ((t.wgmma || t.warp_specialized) && !budget.has_wgmma()) f.why = Why::needs_sm90;
-  else if (biased && !t.biased_instance) f.why = Why::no_biased_instance;
   else if (t.wgmma && wgmma_switched_off()) f.why = Why::wgmma_switched_off;
-  else if (n % t.bm != 0 || k % t.bk != 0) f.why = Why::does_not_divide;
-  else if ((n / t.bm) % t.cluster_n != 0) f.why = Why::odd_cluster_tiles;
+  else if (t.takes_tails() ? n % kTailGranule != 0 || k % kTailGranule != 0 : n % t.bm != 0 || k % t.bk != 0)
+    f.why = Why::does_not_divide;
+  else if (t.n_tiles(n) % t.cluster_n != 0) f.why = Why::odd_cluster_tiles;
   else if (t.warp_specialized && (!weight_tma_geometry(1, n, k, t).valid() || !scale_tma_geometry(1, n, k, t).valid()))
     f.why = Why::tensor_map;
   else if (f.stages < GemmSmemLayout::kMinStages) f.why = Why::too_few_stages;
-  else if (f.stages > t.max_stages || f.stages > k / t.bk + 1) f.why = Why::too_many_stages;
+  else if (f.stages > t.max_stages || f.stages > t.k_steps(k) + 1) f.why = Why::too_many_stages;
   else if (f.smem_bytes > f.capacity) f.why = Why::over_capacity;
   else f.why = Why::fits;
   f.fits = f.why == Why::fits;
@@ -120,16 +120,15 @@ std::string explain_fit(const GemmTileFit& f, const GemmSmemLayout& L, int64_t n
           << activation_type_name(t.activations == ActivationType::bf16 ? ActivationType::e4m3 : ActivationType::bf16);
       break;
     case Why::wgmma_switched_off: why << name << ": warpgroup-MMA tiles are switched off by FP4MOE_DISABLE_WGMMA"; break;
-    case Why::no_biased_instance:
-      why << name << " has no biased epilogue instance (expert biases, the clamped SwiGLU): with it the tile spills "
-                     "registers; a GEMM with biases runs on another tile";
-      break;
     case Why::does_not_divide:
-      why << name << " does not divide the problem: N = " << n << " (tile " << t.bm << "), K = " << k << " (tile " << t.bk << ")";
+      if (t.takes_tails())
+        why << name << " takes N and K in steps of " << kTailGranule << ": N = " << n << ", K = " << k;
+      else
+        why << name << " does not divide the problem: N = " << n << " (tile " << t.bm << "), K = " << k << " (tile " << t.bk << ")";
       break;
     case Why::odd_cluster_tiles:
       why << name << ": its clusters of " << t.cluster_n << " CTAs take adjacent N tiles of one token chunk, and N = " << n
-          << " has " << n / t.bm << " tiles of " << t.bm << " rows, not a multiple of " << t.cluster_n;
+          << " has " << t.n_tiles(n) << " tiles of " << t.bm << " rows, not a multiple of " << t.cluster_n;
       break;
     case Why::tensor_map:
       why << name << ": its stage boxes of weights (" << t.bm / 16 << " row groups x " << t.bk * 8 << " bytes) or scales ("
@@ -160,7 +159,7 @@ std::string explain_fit(const GemmTileFit& f, const GemmSmemLayout& L, int64_t n
     }
     case Why::too_many_stages:
       why << name << ": " << p.stages << " stages requested, the kernel supports at most " << p.max_stages
-          << " and K/bk + 1 = " << k / t.bk + 1;
+          << " and K stages + 1 = " << t.k_steps(k) + 1;
       break;
     case Why::over_capacity:
       why << name << " with " << p.stages << " stages needs " << p.smem_bytes << " bytes; the limit is " << capacity
@@ -180,20 +179,20 @@ std::string explain_fit(const GemmTileFit& f, const GemmSmemLayout& L, int64_t n
 }  // namespace
 
 SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& budget, int stages_request,
-                        bool biased, ActivationType activations) {
-  const GemmTileFit f = fit_gemm_tile(tile_index, n, k, budget, stages_request, biased, activations);
+                        ActivationType activations) {
+  const GemmTileFit f = fit_gemm_tile(tile_index, n, k, budget, stages_request, activations);
   const GemmSmemLayout L = gemm_layout(tile_index);
   const GemmTile& t = L.tile;
   SmemPlan p;
   p.kernel = "grouped";
   p.config = gemm_tile_name(tile_index);
-  p.biased_instance = t.biased_instance;
   p.capacity = f.capacity;
   p.per_stage = L.smem_bytes_per_stage();
   p.min_stages = GemmSmemLayout::kMinStages;
   p.max_stages = t.max_stages;
   p.threads = t.threads();
   p.ctas_per_sm = t.ctas_per_sm;
+  p.activations = activation_type_name(t.activations);
   p.stages = f.stages;
   p.smem_bytes = f.smem_bytes;
   p.headroom = f.capacity - p.smem_bytes;
@@ -203,9 +202,9 @@ SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const SmemBudget& 
   return p;
 }
 
-SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request, bool biased,
+SmemPlan plan_gemm_tile(int tile_index, int64_t n, int64_t k, const Arch& arch, int stages_request,
                         ActivationType activations) {
-  SmemPlan p = plan_gemm_tile(tile_index, n, k, budget_of(arch), stages_request, biased, activations);
+  SmemPlan p = plan_gemm_tile(tile_index, n, k, budget_of(arch), stages_request, activations);
   p.arch = std::string(arch.name);
   return p;
 }
@@ -214,8 +213,8 @@ namespace {
 
 // e4m3 activations: by rows per expert, the tile measured fastest there
 // (bench_w4a8_gemm on the H200, docs/fp8.md), falling back to the next that
-// fits (K a multiple of 256; biases); the tuner measures the rest.
-int rank_fp8_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert, bool biased) {
+// fits (K a multiple of 256); the tuner measures the rest.
+int rank_fp8_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert) {
   struct Preferred {
     const char* tile;
     double up_to_tokens_per_expert;
@@ -227,14 +226,14 @@ int rank_fp8_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double toke
       {"bm128_nt8_bk256_mt1_c3_ws_fp8", 4, 4096}, {"bm128_nt8_bk256_mt1_c2_ws_fp8", 4},
       {"bm128_nt16_bk128_mt1_c2_ws_fp8", 4},      {"bm256_nt64_bk128_mt1_c1_ws_fp8", 48},
       {"bm256_nt128_bk128_mt2_c1_ws_fp8", 1e30},  {"bm256_nt64_bk128_mt1_c1_ws_fp8", 1e30},
-      {"bm128_nt128_bk128_mt1_c1_ws_fp8", 1e30},  // (no biased instance)
-      // the last resort of a biased GEMM whose N no 256-row tile divides (2944)
+      // where no 256-row tile fits (a smaller shared-memory budget): 128 rows, then the last resort
+      {"bm128_nt128_bk128_mt1_c1_ws_fp8", 1e30},
       {"bm128_nt16_bk128_mt1_c2_ws_fp8", 1e30},
   };
   for (const Preferred& want : kPreferred) {
     if (tokens_per_expert > want.up_to_tokens_per_expert || k > want.up_to_k) continue;
     const int i = gemm_tile_index(want.tile);
-    if (fit_gemm_tile(i, n, k, capacity, 0, biased, ActivationType::e4m3).fits) return i;
+    if (fit_gemm_tile(i, n, k, capacity, 0, ActivationType::e4m3).fits) return i;
   }
   return -1;
 }
@@ -242,8 +241,8 @@ int rank_fp8_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double toke
 }  // namespace
 
 int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert, int64_t active_experts,
-                      int sm_count, bool biased, ActivationType activations) {
-  if (activations == ActivationType::e4m3) return rank_fp8_tiles(n, k, capacity, tokens_per_expert, biased);
+                      int sm_count, ActivationType activations) {
+  if (activations == ActivationType::e4m3) return rank_fp8_tiles(n, k, capacity, tokens_per_expert);
   // The kernels are bound by the issue rate of their dequantization, so
   // resident warps beat wide token tiles: up to ~6 tokens per expert an 8-token
   // tile, to ~12 a 16-token tile, beyond that 32-token tiles (experts with more
@@ -285,7 +284,7 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
         {gemm_tile_index("bm256_nt64_bk256_mt1_c1_ws_e16_cl2"), 0, false},
         {gemm_tile_index("bm256_nt64_bk256_mt1_c1_ws_e16"), 0, false},
         {gemm_tile_index("bm256_nt64_bk128_mt1_c1_ws"), 0, false},
-        // where no 256-row tile divides N (gpt-oss padded to 128: 2944)
+        // where no 256-row tile fits (a smaller shared-memory budget)
         {gemm_tile_index("bm128_nt128_bk128_mt1_c1_ws"), 48, false},
         {gemm_tile_index("bm128_nt64_bk128_mt1_c1_ws"), 0, false},
     };
@@ -294,19 +293,19 @@ int rank_gemm_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tok
     for (const Preferred& want : kPreferred) {
       if (tokens_per_expert < want.from_tokens_per_expert || (want.only_for_few_items && !few_items)) continue;
       if (few_items && kGemmTiles[want.tile].cluster_n > 1) continue;  // the tile alone splits K; a cluster tile cannot
-      if (fit_gemm_tile(want.tile, n, k, capacity, 0, biased).fits) return want.tile;
+      if (fit_gemm_tile(want.tile, n, k, capacity, 0).fits) return want.tile;
     }
   }
   const int want_nt = tokens_per_expert <= 6 ? 8 : tokens_per_expert <= 12 ? 16 : 32;
   int best = -1;
   double best_score = -1e300;
   for (int i = 0; i < kNumGemmTiles; ++i) {
-    const GemmTileFit p = fit_gemm_tile(i, n, k, capacity, 0, biased);
+    const GemmTileFit p = fit_gemm_tile(i, n, k, capacity, 0);
     if (!p.fits) continue;
     const GemmTile& t = kGemmTiles[i];
     if (t.wgmma) continue;  // below ~12 tokens per expert only the tuner picks warpgroup-MMA tiles
     const double chunks = double(t.chunks_of(int64_t(std::ceil(std::max(1.0, tokens_per_expert)))));
-    const double items = double(active_experts) * chunks * double(n / t.bm);
+    const double items = double(active_experts) * chunks * double(t.n_tiles(n));
     const double resident = double(t.ctas_per_sm) * sm_count, rounds = std::ceil(items / resident);
     // Warp-specialized tiles: more than 16 math warps per SM (three CTAs of 8) pay only below
     // half a token per expert over many rounds, where the items are many and short.

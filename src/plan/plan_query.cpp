@@ -53,7 +53,7 @@ PlanAnswer answer(const PlanQuery& q) {
         typed && parse_activation_format(q.activations) == ActivationFormat::fp8 ? ActivationType::e4m3 : ActivationType::bf16;
     for (int i = 0; i < kNumGemmTiles; ++i) {
       if (q.sweep ? typed && kGemmTiles[i].activations != gemm : i != only) continue;
-      a.grouped.push_back(plan_gemm_tile(i, q.n, q.k, arch, q.stages, false, typed ? gemm : kGemmTiles[i].activations));
+      a.grouped.push_back(plan_gemm_tile(i, q.n, q.k, arch, q.stages, typed ? gemm : kGemmTiles[i].activations));
     }
     return a;
   }
@@ -117,7 +117,7 @@ json to_json(const SmemPlan& p) {
           {"capacity", p.capacity}, {"stages", p.stages},       {"per_stage", p.per_stage},
           {"smem_bytes", p.smem_bytes}, {"fits", p.fits},       {"headroom", p.headroom},
           {"terms", terms},       {"explanation", p.explanation}, {"suggestions", p.suggestions},
-          {"threads", p.threads}, {"ctas_per_sm", p.ctas_per_sm}, {"biased_instance", p.biased_instance}};
+          {"threads", p.threads}, {"ctas_per_sm", p.ctas_per_sm}, {"activations", p.activations}};
 }
 
 json to_json(const PlanQuery& q, const PlanAnswer& a) {

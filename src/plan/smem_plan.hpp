@@ -21,7 +21,7 @@ struct SmemPlan {
   int64_t per_stage = 0;
   int stages = 0, min_stages = 0, max_stages = 0;
   int threads = 0, ctas_per_sm = 1;  // launch shape and occupancy target
-  bool biased_instance = false;      // grouped tiles: GemmTile::biased_instance
+  std::string activations;           // grouped tiles: "bf16" or "e4m3"
   int64_t smem_bytes = 0;   // dynamic shared memory the kernel allocates
   bool fits = false;
   int64_t headroom = 0;     // capacity - smem_bytes (negative when it does not fit)

@@ -22,7 +22,7 @@ SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_
   const GemmTile& t = kGemmTiles[tile_index];
   SplitKPlan p;
   p.tile = tile_index;
-  p.items = expected_chunks * (n / t.bm);
+  p.items = expected_chunks * t.n_tiles(n);
   p.resident = resident_ctas;
   const int64_t R = resident_ctas;
   auto balance = [&](int s) {
@@ -38,7 +38,7 @@ SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_
   p.why = SplitKPlan::Why::balanced;
   if (p.balance >= kSplitBelowBalance) return p;
   p.slots = SplitKWorkspace::slots(t, workspace_bytes);
-  const int max_splits = static_cast<int>(std::min<int64_t>(kMaxKSplits, k / t.bk));
+  const int max_splits = static_cast<int>(std::min<int64_t>(kMaxKSplits, t.k_steps(k)));
   double best = p.balance;
   for (int s = 2; s <= max_splits; ++s) {
     if (p.items > SplitKWorkspace::kCounters || p.items * s > p.slots) {

@@ -11,10 +11,11 @@
 namespace fp4moe::plan {
 
 struct TmaGeometry {
+  static constexpr int kMaxRank = 4;
   int rank = 0;
-  int64_t dims[3] = {};     // elements (bytes here), innermost first
-  int64_t strides[2] = {};  // bytes, of dims 1 and 2
-  int64_t box[3] = {};      // elements per box, innermost first
+  int64_t dims[kMaxRank] = {};         // elements (bytes here), innermost first
+  int64_t strides[kMaxRank - 1] = {};  // bytes, of dims 1 and up
+  int64_t box[kMaxRank] = {};          // elements per box, innermost first
   constexpr int64_t box_bytes() const {
     int64_t b = 1;
     for (int i = 0; i < rank; ++i) b *= box[i];
@@ -31,26 +32,30 @@ struct TmaGeometry {
   }
 };
 
-// Prepared weights [E][N/16][K/64][512 bytes] as bytes {256, K/32, E N/16}: a row
-// group holds K x 8 contiguous bytes; the box {256, bk/32, bm/16} at
-// (0, kt bk/32, first row group) is the stage's [bm/16][bk/64][512].
+// Prepared weights [E][N/16][K/64][512 bytes] as bytes {256, K/32, N/16, E}:
+// a row group holds K x 8 contiguous bytes; the box {256, bk/32, bm/16, 1} at
+// (0, kt bk/32, N tile's first row group, expert) is the stage's [bm/16][bk/64][512].
+// Past K (a last partial stage) and past the expert's N (a last partial N tile)
+// the copy writes zeros and reads nothing, so a GEMM reads its weights' bytes
+// and no more.
 constexpr TmaGeometry weight_tma_geometry(int64_t experts, int64_t n, int64_t k, const GemmTile& t) {
   TmaGeometry g;
-  g.rank = 3;
-  g.dims[0] = 256, g.dims[1] = k / 32, g.dims[2] = experts * n / 16;
-  g.strides[0] = 256, g.strides[1] = k * 8;
-  g.box[0] = 256, g.box[1] = t.bk / 32, g.box[2] = t.bm / 16;
+  g.rank = 4;
+  g.dims[0] = 256, g.dims[1] = k / 32, g.dims[2] = n / 16, g.dims[3] = experts;
+  g.strides[0] = 256, g.strides[1] = k * 8, g.strides[2] = n / 16 * k * 8;
+  g.box[0] = 256, g.box[1] = t.bk / 32, g.box[2] = t.bm / 16, g.box[3] = 1;
   return g;
 }
 
-// Prepared scales [E][N/16][K/128][128 bytes] as bytes {K, E N/16}: the box
-// {bk, bm/16} at (kt bk, first row group) is the stage's [bm/16][bk/128][128].
+// Prepared scales [E][N/16][ceil(K/128)][128 bytes] as bytes {ceil(K/128) 128,
+// N/16, E}: the box {bk, bm/16, 1} at (kt bk, N tile's first row group, expert)
+// is the stage's [bm/16][bk/128][128] (zeros past the last granule and past N).
 constexpr TmaGeometry scale_tma_geometry(int64_t experts, int64_t n, int64_t k, const GemmTile& t) {
   TmaGeometry g;
-  g.rank = 2;
-  g.dims[0] = k, g.dims[1] = experts * n / 16;
-  g.strides[0] = k;
-  g.box[0] = t.bk, g.box[1] = t.bm / 16;
+  g.rank = 3;
+  g.dims[0] = (k + 127) / 128 * 128, g.dims[1] = n / 16, g.dims[2] = experts;
+  g.strides[0] = g.dims[0], g.strides[1] = n / 16 * g.dims[0];
+  g.box[0] = t.bk, g.box[1] = t.bm / 16, g.box[2] = 1;
   return g;
 }
 

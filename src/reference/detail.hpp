@@ -43,7 +43,9 @@ struct DenseExpert {
   // projection, as the FP8 row copy does (the caller quantizes x).
   bool fp8_intermediate = false;
 };
-DenseExpert dequantize_expert(const ExpertWeights& w, const MoeConfig& cfg, int64_t intermediate);
+// fp8_fold: the weights as the FP8 fold gives them (fp8_folded_weight: NVFP4's
+// rounded to e4m3; MXFP4's exact, the same values).
+DenseExpert dequantize_expert(const ExpertWeights& w, const MoeConfig& cfg, int64_t intermediate, bool fp8_fold = false);
 
 // v[0..n) as e4m3 with one scale (amax / 448, quantize_rows_e4m3), optionally
 // after rounding to bf16: the values an FP8 GEMM reads.

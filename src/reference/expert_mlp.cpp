@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "format/fp8_rows.hpp"
+#include "format/prepare_fp8.hpp"
 #include "fp4moe/error.hpp"
 #include "fp4moe/reference.hpp"
 #include "reference/detail.hpp"
@@ -26,13 +27,30 @@ void check_matrix(const Fp4Matrix& m, int64_t rows, int64_t cols, const std::str
                     << m.block_size() << " = " << m.rows * m.scale_cols());
 }
 
-DenseExpert dequantize_expert(const ExpertWeights& w, const MoeConfig& cfg, int64_t intermediate) {
+namespace {
+
+// m's values as the FP8 fold gives them, times its global scale.
+std::vector<float> dequantize_fp8_folded(const Fp4Matrix& m) {
+  std::vector<float> v(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r)
+    for (int64_t c = 0; c < m.cols; ++c)
+      v[size_t(r * m.cols + c)] =
+          float(fp8_folded_weight(m.code(r, c), m.scale(r, c / m.block_size())) * double(m.weight_scale_2));
+  return v;
+}
+
+}  // namespace
+
+DenseExpert dequantize_expert(const ExpertWeights& w, const MoeConfig& cfg, int64_t intermediate, bool fp8_fold) {
   DenseExpert d;
   d.hidden = cfg.hidden;
   d.intermediate = intermediate;
-  d.gate = dequantize(w.gate);
-  d.up = dequantize(w.up);
-  d.down = dequantize(w.down);
+  const auto values = [&](const Fp4Matrix& m) {
+    return fp8_fold && m.format == Fp4Format::nvfp4 ? dequantize_fp8_folded(m) : dequantize(m);
+  };
+  d.gate = values(w.gate);
+  d.up = values(w.up);
+  d.down = values(w.down);
   d.gate_bias = w.gate_bias;
   d.up_bias = w.up_bias;
   d.down_bias = w.down_bias;

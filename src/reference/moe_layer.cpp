@@ -99,7 +99,7 @@ std::vector<float> moe_forward_reference(const MoeConfig& cfg, const MoeWeights&
         detail::expert_mlp(d, xd.data() + t * H, y_shared.data() + t * H, scratch.data());
       return;
     }
-    detail::DenseExpert d = detail::dequantize_expert(w.experts[static_cast<size_t>(e)], cfg, I);
+    detail::DenseExpert d = detail::dequantize_expert(w.experts[static_cast<size_t>(e)], cfg, I, fp8);
     d.fp8_intermediate = fp8;
     std::vector<double> scratch(static_cast<size_t>(I));
     for (int32_t i = perm.expert_offsets[static_cast<size_t>(e)]; i < perm.expert_offsets[static_cast<size_t>(e + 1)]; ++i) {

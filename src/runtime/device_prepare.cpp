@@ -29,7 +29,11 @@ PreparedProjection prepare_on_device(const DeviceProjection& src, Fp4Format form
   p.k = k;
   p.scale_parts = parts;
   p.weights.resize(size_t((experts + room) * n * k / 2));
-  p.scales.resize(size_t((experts + room) * n * k / 16));
+  p.scales.resize(size_t((experts + room) * pack::scale_bytes(n, k)));
+  // K not a multiple of 128: the last scale granule's bytes past K stay zero, as
+  // the host prepare leaves them (the kernel multiplies them by zero codes, and a
+  // leftover byte could make an infinite operand: 0 x Inf is NaN)
+  if (k % 128) p.scales.fill_bytes(0);
   DeviceBuffer<unsigned long long> first_bad(1);
   first_bad.fill_bytes(0xFF);
 

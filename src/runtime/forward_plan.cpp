@@ -21,9 +21,17 @@ void enqueue_planned_gemm(const GemmStepPlan& step, const __nv_bfloat16* hidden,
   enqueue_gemm_step(bound, stream);
 }
 
+int ForwardPlan::launches(bool layer_routes) const {
+  int n = layer_routes && !route_permute_fused ? 2 : 1;  // routing, permutation
+  for (const GemmStepPlan& g : gemms()) n += 1 + (g.launch.copies_rows || g.launch.quantizes_rows ? 1 : 0);
+  return n + (accumulate_bytes ? 1 : 0) + 1;  // the fused finalize's zeroing; the finalize, or the fused down launch
+}
+
 std::string ForwardPlan::describe() const {
   std::ostringstream os;
   if (notes) os << *notes;
+  if (route_permute_fused)
+    os << "routing and permutation: one launch (one CTA, " << shape.rows << " tokens; when the layer routes)\n";
   for (const GemmStepPlan& g : gemms()) {
     const kernels::PreparedGemm& k = g.launch.gemm;
     os << g.title << ": N " << k.params.n << " K " << k.params.k << ", tile " << plan::gemm_tile_name(g.choice.tile) << " ("
@@ -34,6 +42,10 @@ std::string ForwardPlan::describe() const {
     if (k.k_split.splits > 1) os << ", K split " << k.k_split.splits << " ways (" << k.k_split.explanation() << ")";
     os << "\n";
   }
+  if (fused_down)
+    os << "GEMM2" << (fused_down->shared.weights ? ", the shared expert's GEMM2" : "")
+       << " and the weighted sum: one launch (16-row groups of H per CTA, deterministic)\n";
+  os << "launches: " << launches(true) << " a forward (" << launches(false) << " with the caller's routing)\n";
   return os.str();
 }
 
@@ -67,22 +79,22 @@ TileChoice LayerCore::choose_tile(const GemmSpec& g) const {
     if (const auto e = cache_->find(tune_key(g))) {
       for (int i = 0; i < plan::kNumGemmTiles; ++i) {
         if (plan::gemm_tile_name(i) != e->tile) continue;
-        const plan::GemmTileFit p = plan::fit_gemm_tile(i, w.n, w.k, budget, 0, w.biased(), w.activations);
+        const plan::GemmTileFit p = plan::fit_gemm_tile(i, w.n, w.k, budget, 0, w.activations);
         if (p.fits) return {i, p.stages, true};
       }
     }
   }
   TileChoice c;
-  c.tile = plan::rank_gemm_tiles(w.n, w.k, budget, g.tokens_per_expert, g.active_experts, device_.sm_count, w.biased(),
+  c.tile = plan::rank_gemm_tiles(w.n, w.k, budget, g.tokens_per_expert, g.active_experts, device_.sm_count,
                                  w.activations);
   if (c.tile < 0) {  // the first tile of the GEMM's activation type says why
     int first = 0;
     while (first + 1 < plan::kNumGemmTiles && plan::kGemmTiles[first].activations != w.activations) ++first;
     throw Error("no " + std::string(plan::activation_type_name(w.activations)) + " GEMM tile fits N = " +
                 std::to_string(w.n) + ", K = " + std::to_string(w.k) + " on this GPU: " +
-                plan::plan_gemm_tile(first, w.n, w.k, budget, 0, w.biased(), w.activations).explanation);
+                plan::plan_gemm_tile(first, w.n, w.k, budget, 0, w.activations).explanation);
   }
-  c.stages = plan::fit_gemm_tile(c.tile, w.n, w.k, budget, 0, w.biased(), w.activations).stages;
+  c.stages = plan::fit_gemm_tile(c.tile, w.n, w.k, budget, 0, w.activations).stages;
   return c;
 }
 
@@ -102,7 +114,7 @@ std::vector<LayerCore::GemmSpec> LayerCore::gemm_specs(const PlanShape& s) const
   const int64_t active = std::min<int64_t>(routed_experts_, s.tile_tokens * cfg_.top_k) + (shared_in_routed_ ? 1 : 0);
   const __nv_bfloat16* hidden_stand_in = a2_.get();
   GemmOperands common;
-  common.offsets_ready_at_launch = true;  // written by permute, never by the kernel right before a GEMM
+  common.offsets_ready_at_launch = true;  // written by the permutation, never by the kernel right before a GEMM
   common.split_workspace = split_k_.size() ? split_k_.get() : nullptr;
   common.split_workspace_bytes = int64_t(split_k_.bytes());
   if (cfg_.activation == Activation::clamped_swiglu) {
@@ -171,6 +183,32 @@ std::string LayerCore::plan_notes() const {
   return os.str();
 }
 
+std::optional<kernels::DecodeDownArgs> LayerCore::fused_down_args(const PlanShape& s) const {
+  const int64_t k = cfg_.top_k;
+  const bool applies = s.rows <= opts_.fused_down_max_tokens && s.rows <= kernels::kDecodeDownMaxTokens &&
+                       s.rows * k <= kernels::kDecodeDownMaxPairs && s.dense_rows == s.rows &&
+                       opts_.activations == ActivationFormat::bf16 && !shared_in_routed_ &&
+                       hidden_padded_ == cfg_.hidden && (!shared_ || !shared_->w2.biased());
+  if (!applies) return std::nullopt;
+  const auto weights = [](const PreparedProjection& w) {
+    return kernels::DecodeWeights{w.weights.get(), w.scales.get(), w.dequant_scale.get(), w.scale_parts, w.k};
+  };
+  kernels::DecodeDownArgs d;
+  d.format = routed_->w2.format;
+  d.routed = weights(routed_->w2);
+  d.bias = routed_->w2.biased() ? routed_->w2.bias.get() : nullptr;
+  d.experts = static_cast<int>(routed_experts_);
+  d.hidden = cfg_.hidden;
+  d.tokens = s.rows;
+  d.top_k = static_cast<int>(k);
+  d.expert_offsets = offsets_.get();
+  d.pair_pos = pair_pos_.get();
+  d.a2 = a2_.get();
+  if (shared_) d.shared = weights(shared_->w2), d.shared_a2 = shared_a2_.get();
+  d.status = status_.get();
+  return d;
+}
+
 ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
   FP4MOE_CHECK(s.rows >= 1 && permuted_rows(s.rows) <= int64_t(permuted_pair_.size()) && s.tile_tokens >= 0 &&
                    s.dense_rows >= 0 && s.dense_rows <= opts_.max_tokens &&
@@ -200,9 +238,13 @@ ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
   pa.dense_offsets = dense_offsets_.get();
   pa.dense_tokens = s.dense_rows;
   pa.status = status_.get();
+  p.route_permute_fused = kernels::route_permute_fits(s.rows, p.route.experts, pa.experts);
+  p.fused_down = fused_down_args(s);
   const std::vector<GemmSpec> specs = gemm_specs(s);
   p.gemm_steps.reserve(specs.size());
   for (const GemmSpec& g : specs) {
+    if (p.fused_down && !g.reads_hidden) continue;  // the GEMM2s: the fused down launch does them
+
     GemmStepPlan& st = p.gemm_steps.emplace_back();
     st.name = g.name;
     st.title = g.title;
@@ -213,7 +255,7 @@ ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
     st.choice = choose_tile(g);
     st.launch = prepare(g, st.choice);
   }
-  if (finalize_ != FinalizeMode::split) {
+  if (finalize_ != FinalizeMode::split && !p.fused_down) {
     p.accumulate = accumulate_.get();
     p.accumulate_bytes = size_t(s.rows * hidden_padded_) * sizeof(float);
   }

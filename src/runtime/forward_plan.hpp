@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include <cuda_bf16.h>
 
 #include "common/concurrent_memo.hpp"
+#include "kernels/decode_down.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "runtime/gemm_step.hpp"
 
@@ -53,6 +55,14 @@ struct ForwardPlan {
   PlanShape shape;
   kernels::RouteArgs route;      // into the layer's routing buffers; logits bound at launch
   kernels::PermuteArgs permute;  // topk_ids bound at launch
+  // Routing and permutation in one launch (kernels::launch_route_permute): a
+  // forward of few tokens that routes on the device.
+  bool route_permute_fused = false;
+  // GEMM2, the shared expert's GEMM2 and the weighted sum as one launch
+  // (kernels::launch_decode_down; LayerOptions::fused_down_max_tokens):
+  // topk_weights and out bound at launch. Then the steps hold neither GEMM2
+  // and there is no finalize.
+  std::optional<kernels::DecodeDownArgs> fused_down;
   // As many as the forward has (2, or 4 with a shared expert of its own): a
   // layer holds a plan per token count, and each step is about 1.7 KB.
   std::vector<GemmStepPlan> gemm_steps;
@@ -66,8 +76,13 @@ struct ForwardPlan {
   std::span<const GemmStepPlan> gemms() const { return gemm_steps; }
   // The host memory it holds (the notes are the layer's).
   size_t bytes() const { return sizeof(ForwardPlan) + gemm_steps.capacity() * sizeof(GemmStepPlan); }
+  // The launches (and memsets) a forward queues: routing (when the layer
+  // routes) and permutation, each GEMM's row copy and the GEMM, the fused
+  // finalize's zeroing, the finalize. At decode sizes each costs a launch
+  // gap and a tail, so the count is a figure of the small-batch path.
+  int launches(bool layer_routes) const;
   // One line per launch: tile (tuned or the planner's), stages, shared
-  // memory, the row copy and split-K.
+  // memory, the row copy and split-K; then the launch count.
   std::string describe() const;
 };
 

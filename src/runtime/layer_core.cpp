@@ -11,6 +11,7 @@
 #include "format/prepare_gemm.hpp"
 #include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
+#include "kernels/decode_down.hpp"
 #include "plan/split_k.hpp"
 #include "runtime/cublas_check.hpp"
 #include "runtime/device_limits.hpp"
@@ -55,7 +56,12 @@ ExpertPair prepare_experts(const std::vector<const ExpertWeights*>& experts, int
   return p;
 }
 
-int64_t granule_of(const LayerOptions& o) { return o.feature_granule ? o.feature_granule : kFeatureGranule; }
+// H and I that are not multiples of 128 run as the model has them where the
+// tiles take tails (sm_90: a multiple of 64 is enough), else
+// padded so that the tiles divide them (LayerOptions::feature_granule).
+int64_t granule_of(const LayerOptions& o, bool tails) {
+  return o.feature_granule ? o.feature_granule : tails ? kPreparedKGranule : kFeatureGranule;
+}
 
 // Device biases [experts, rows] of `type`, read back as fp32, one vector per
 // expert (construction reads them once); a NaN or Inf is named.
@@ -98,23 +104,31 @@ void LayerCore::init_device(const MoeConfig& c, const LayerOptions& o) {
   opts_ = o;
   FP4MOE_CHECK(o.max_tokens >= 1, "LayerOptions::max_tokens = " << o.max_tokens << " must be at least 1");
   FP4MOE_CHECK(o.max_plans >= 0, "LayerOptions::max_plans = " << o.max_plans << " must be 0 (no bound) or more");
+  FP4MOE_CHECK(o.fused_down_max_tokens >= 0 && o.fused_down_max_tokens <= kernels::kDecodeDownMaxTokens,
+               "LayerOptions::fused_down_max_tokens = " << o.fused_down_max_tokens << " is outside 0.."
+                                                         << kernels::kDecodeDownMaxTokens);
   plans_.set_capacity(size_t(o.max_plans));
   FP4MOE_CHECK(c.hidden % 8 == 0, "MoeLayer: hidden = " << c.hidden << " is not a multiple of 8");
-  const int64_t granule = granule_of(o);
-  FP4MOE_CHECK(granule == 128 || granule == 256,
-               "LayerOptions::feature_granule = " << o.feature_granule << " is not 0 (256), 128 or 256");
-  finalize_ = o.deterministic || o.finalize == FinalizeMode::automatic ? FinalizeMode::split : o.finalize;
-  hidden_padded_ = padded_features(c.hidden, granule);
-  intermediate_padded_ = padded_features(c.intermediate, granule);
-  // (the shared expert reads the hidden states in place, at their own width)
-  FP4MOE_CHECK(!c.shared_expert || (hidden_padded_ == c.hidden && c.shared_intermediate % kPreparedKGranule == 0),
-               "MoeLayer: a shared expert needs hidden = " << c.hidden << " and shared_intermediate = "
-                                                           << c.shared_intermediate << " to be multiples of "
-                                                           << kPreparedKGranule);
   if (o.device >= 0) FP4MOE_CUDA_CHECK(cudaSetDevice(o.device));
   int dev = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
   device_ = device_limits(dev);
+  const bool tails = device_.budget.has_wgmma();
+  const int64_t granule = granule_of(o, tails);
+  FP4MOE_CHECK(o.feature_granule == 0 || o.feature_granule == 64 || o.feature_granule == 128 || o.feature_granule == 256,
+               "LayerOptions::feature_granule = " << o.feature_granule << " is not 0 (the device's), 64, 128 or 256");
+  FP4MOE_CHECK(granule != 64 || tails, "LayerOptions::feature_granule = 64 needs tiles that take tails: sm_90 (this device is sm_"
+                                           << device_.budget.cc << ")");
+  finalize_ = o.deterministic || o.finalize == FinalizeMode::automatic ? FinalizeMode::split : o.finalize;
+  hidden_padded_ = padded_features(c.hidden, granule);
+  intermediate_padded_ = padded_features(c.intermediate, granule);
+  // (the shared expert reads the hidden states in place, at their own width)
+  // (K in steps of 64 only where the tiles take tails)
+  const int64_t shared_granule = tails ? kPreparedKGranule : 128;
+  FP4MOE_CHECK(!c.shared_expert || (hidden_padded_ == c.hidden && c.shared_intermediate % shared_granule == 0),
+               "MoeLayer: a shared expert needs hidden = " << c.hidden << " and shared_intermediate = "
+                                                           << c.shared_intermediate << " to be multiples of "
+                                                           << shared_granule);
   cudaDeviceProp prop{};
   FP4MOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   tune_context_.gpu = prop.name;
@@ -195,17 +209,19 @@ void LayerCore::init_workspace() {
 }
 
 // fp8 activations: the routed experts' weights re-packed for the FP8 tiles
-// (Hopper's FP8 tensor cores; MXFP4 folds into e4m3 exactly, NVFP4 would round).
+// (Hopper's FP8 tensor cores; MXFP4 folds into e4m3 exactly, NVFP4 rounds and
+// is opted into).
 void LayerCore::init_activations() {
   if (opts_.activations != ActivationFormat::fp8) return;
   FP4MOE_CHECK(device_.budget.has_wgmma(), "MoeLayer: fp8 activations run on the FP8 warpgroup-MMA tiles of sm_90; this GPU is sm_"
                                                << device_.budget.cc);
-  FP4MOE_CHECK(routed_->w13.format == Fp4Format::mxfp4,
-               "MoeLayer: fp8 activations need MXFP4 weights; these are "
-                   << to_string(routed_->w13.format)
-                   << " (an NVFP4 block scale has a mantissa and would not fold into e4m3 exactly)");
-  routed_->w13.convert_to_fp8("MoeLayer w13");
-  routed_->w2.convert_to_fp8("MoeLayer w2");
+  FP4MOE_CHECK(routed_->w13.format == Fp4Format::mxfp4 || opts_.fp8_rounds_nvfp4,
+               "MoeLayer: fp8 activations with " << to_string(routed_->w13.format)
+                   << " weights round each weight to e4m3 (an NVFP4 block scale has a mantissa that the fold does "
+                      "not carry): set LayerOptions::fp8_rounds_nvfp4 (--fp8-rounds-nvfp4) to accept it, or run "
+                      "bf16 activations");
+  routed_->w13.convert_to_fp8("MoeLayer w13", opts_.fp8_rounds_nvfp4);
+  routed_->w2.convert_to_fp8("MoeLayer w2", opts_.fp8_rounds_nvfp4);
 }
 
 LayerCore::LayerCore(const MoeConfig& cfg, const MoeWeights& w, const LayerOptions& opts) {

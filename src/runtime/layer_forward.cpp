@@ -52,12 +52,24 @@ void LayerCore::forward(const ForwardPlan& plan, const ForwardArgs& in, cudaStre
   auto mark = [&](const char* stage) {
     if (marks) marks->mark(stage, stream);
   };
+  FP4MOE_CHECK(!plan.fused_down || !in.sums, "forward: the fp32 sums are the finalize's; "
+                                            "LayerOptions::fused_down_max_tokens must be 0 for a layer whose forward "
+                                            "returns them");
   const bool routed = in.topk_ids != nullptr;
   const int32_t* ids = routed ? in.topk_ids : topk_ids_.get();
   const float* weights = routed ? in.topk_weights : topk_weights_.get();
-  if (!routed) route(plan, in.router_logits, nullptr, nullptr, stream);
-  mark("route");
-  permute(plan, ids, stream);
+  if (!routed && plan.route_permute_fused) {
+    kernels::RouteArgs r = plan.route;
+    r.logits = in.router_logits;
+    kernels::PermuteArgs p = plan.permute;
+    p.topk_ids = r.topk_ids;
+    kernels::launch_route_permute(r, p, stream);
+    mark("route");  // (the one launch: "permute" below takes nothing)
+  } else {
+    if (!routed) route(plan, in.router_logits, nullptr, nullptr, stream);
+    mark("route");
+    permute(plan, ids, stream);
+  }
   mark("permute");
   for (const GemmStepPlan& g : plan.gemms()) {
     // the fused finalize's epilogue adds into fp32 sums that start at zero
@@ -66,7 +78,15 @@ void LayerCore::forward(const ForwardPlan& plan, const ForwardArgs& in, cudaStre
     enqueue_planned_gemm(g, in.hidden, weights, stream);
     if (g.stage) mark(g.stage);
   }
-  finalize(plan, weights, true, in.out, in.sums, stream);
+  if (plan.fused_down) {
+    kernels::DecodeDownArgs d = *plan.fused_down;
+    d.topk_weights = weights;
+    d.out = in.out;
+    kernels::launch_decode_down(d, device_.sm_count, stream);
+    mark("gemm2");  // (the one launch: GEMM2, the shared GEMM2 and the sum; "finalize" below takes nothing)
+  } else {
+    finalize(plan, weights, true, in.out, in.sums, stream);
+  }
   mark("finalize");
 }
 
@@ -75,6 +95,8 @@ void LayerCore::routed_experts(const ForwardPlan& plan, const __nv_bfloat16* hid
   FP4MOE_CHECK(finalize_ == FinalizeMode::split, "routed_experts: the layer's finalize must be split (its fp32 sums)");
   FP4MOE_CHECK(!shared_in_routed_, "routed_experts: the layer runs its shared expert among the routed ones "
                                    "(LayerOptions::shared_expert_in_routed_gemms must be false here)");
+  FP4MOE_CHECK(!plan.fused_down, "routed_experts: the plan fuses GEMM2 into its weighted sum "
+                                 "(LayerOptions::fused_down_max_tokens must be 0 here)");
   permute(plan, ids, stream);
   for (const GemmStepPlan& g : plan.gemms())
     if (!g.dense) enqueue_planned_gemm(g, hidden, weights, stream);
@@ -83,6 +105,8 @@ void LayerCore::routed_experts(const ForwardPlan& plan, const __nv_bfloat16* hid
 
 const __nv_bfloat16* LayerCore::shared_expert(const ForwardPlan& plan, const __nv_bfloat16* hidden, cudaStream_t stream) {
   if (!shared_) return nullptr;
+  FP4MOE_CHECK(!plan.fused_down, "shared_expert: the plan fuses its GEMM2 into the weighted sum "
+                                 "(LayerOptions::fused_down_max_tokens must be 0 here)");
   for (const GemmStepPlan& g : plan.gemms())
     if (g.dense) enqueue_planned_gemm(g, hidden, nullptr, stream);
   return shared_y_.get();

@@ -34,7 +34,7 @@ std::vector<MoeLayer::TuneRow> LayerCore::tune(const std::vector<int64_t>& token
   for (size_t j = 0; j < jobs.size(); ++j)
     for (const GemmSpec& g : gemm_specs(PlanShape::of_tokens(1)))
       for (int t = 0; t < plan::kNumGemmTiles; ++t)
-        total += plan::fit_gemm_tile(t, g.w->n, g.w->k, device_.budget, 0, g.w->biased(), g.w->activations).fits;
+        total += plan::fit_gemm_tile(t, g.w->n, g.w->k, device_.budget, 0, g.w->activations).fits;
 
   cudaStream_t s;
   FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
@@ -53,7 +53,7 @@ std::vector<MoeLayer::TuneRow> LayerCore::tune(const std::vector<int64_t>& token
       const double tpe = g.tokens_per_expert;
       const int64_t act = g.active_experts;
 
-      const int def = plan::rank_gemm_tiles(g.w->n, g.w->k, device_.budget, tpe, act, device_.sm_count, g.w->biased(),
+      const int def = plan::rank_gemm_tiles(g.w->n, g.w->k, device_.budget, tpe, act, device_.sm_count,
                                             g.w->activations);
       MoeLayer::TuneRow row;
       row.gemm = g.name;
@@ -69,7 +69,7 @@ std::vector<MoeLayer::TuneRow> LayerCore::tune(const std::vector<int64_t>& token
         } catch (const Error& e) {
           throw Error("tune: " + std::string(g.name) + " tile " + plan::gemm_tile_name(t) +
                       " failed although the planner accepted it (" +
-                      plan::plan_gemm_tile(t, g.w->n, g.w->k, device_.budget, 0, g.w->biased(), g.w->activations).explanation + "): " + e.what() +
+                      plan::plan_gemm_tile(t, g.w->n, g.w->k, device_.budget, 0, g.w->activations).explanation + "): " + e.what() +
                       ". This is a bug; please report it.");
         }
       };
@@ -77,7 +77,7 @@ std::vector<MoeLayer::TuneRow> LayerCore::tune(const std::vector<int64_t>& token
       // alternating rounds (plan/tune_rounds.hpp: the sweep's order favours the early tiles).
       std::vector<plan::TileTiming> sweep;
       for (int t = 0; t < plan::kNumGemmTiles; ++t) {
-        const plan::GemmTileFit p = plan::fit_gemm_tile(t, g.w->n, g.w->k, device_.budget, 0, g.w->biased(), g.w->activations);
+        const plan::GemmTileFit p = plan::fit_gemm_tile(t, g.w->n, g.w->k, device_.budget, 0, g.w->activations);
         if (!p.fits) continue;
         sweep.push_back({t, p.stages, time_tile(t, p.stages, 3, 15)});
         if (progress) progress(++done, total, std::string(g.name) + " T=" + std::to_string(T) + " " + plan::gemm_tile_name(t));

@@ -21,14 +21,14 @@ void place_experts(PreparedProjection& dst, int64_t at, const PreparedProjection
     FP4MOE_CUDA_CHECK(cudaMemcpy(d.get() + at * per_expert, s.get(), s.bytes(), cudaMemcpyDeviceToDevice));
   };
   copy(dst.weights, src.weights, dst.n * dst.k / 2);
-  copy(dst.scales, src.scales, dst.n * dst.k / 16);
+  copy(dst.scales, src.scales, pack::scale_bytes(dst.n, dst.k));
   copy(dst.dequant_scale, src.dequant_scale, dst.scale_parts);
 }
 
-void PreparedProjection::convert_to_fp8(const char* what) {
+void PreparedProjection::convert_to_fp8(const char* what, bool round_nvfp4) {
   if (activations == plan::ActivationType::e4m3) return;
   try {
-    check_fp8_format(format);
+    check_fp8_format(format, round_nvfp4);
   } catch (const Error& e) {
     throw Error(std::string(what) + ": " + e.what());
   }
@@ -43,12 +43,13 @@ void PreparedProjection::convert_to_fp8(const char* what) {
     row_scale.resize(size_t(experts * n));
     kernels::PrepareFp8Args a;
     a.weights = weights.get(), a.scales = scales.get(), a.dequant_scale = dequant_scale.get();
+    a.format = format;
     a.scale_parts = scale_parts, a.row_scale = row_scale.get();
     a.experts = experts, a.n = n, a.k = k;
     a.below = below.get(), a.first_row = first_row.get();
     kernels::launch_prepare_fp8_weights(a, nullptr);
     const std::vector<int> b = below.download(), f = first_row.download();  // (synchronizes)
-    check_fp8_fold(std::vector<int64_t>(b.begin(), b.end()), std::vector<int64_t>(f.begin(), f.end()));
+    check_fp8_fold(std::vector<int64_t>(b.begin(), b.end()), std::vector<int64_t>(f.begin(), f.end()), format);
   } catch (const Error& e) {
     // the re-pack ran in place: what is left is neither layout, so nothing is kept
     weights.resize(0), scales.resize(0), row_scale.resize(0);

@@ -40,9 +40,10 @@ struct PreparedProjection {  // one prepared projection of all experts
   }
   // Re-packs the weights in place for e4m3 activations, on the GPU
   // (kernels/prepare_fp8_weights.hpp; synchronizes); an fp4moe::Error naming
-  // `what` where they cannot fold exactly (NVFP4: before any change; blocks
-  // out of range: the weights are then dropped, the projection empty).
-  void convert_to_fp8(const char* what);
+  // `what` where they cannot fold (NVFP4 without round_nvfp4: before any
+  // change; blocks out of range: the weights are then dropped, the projection
+  // empty). round_nvfp4: NVFP4 weights fold rounded (fp8::rounded_fold_table).
+  void convert_to_fp8(const char* what, bool round_nvfp4 = false);
 };
 
 // Copies src's experts into dst's slots [at, at + src.experts) (the same

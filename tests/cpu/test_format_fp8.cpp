@@ -138,42 +138,101 @@ TEST(Fp8Fragment, FoldTableIsTheExactE4m3OfEveryCodeAtEveryShift) {
   }
 }
 
+// NVFP4's rounded tables against the exact encoder: every code of every scale
+// mantissa at every shift they cover is e4m3's nearest (ties to even) to
+// |e2m1| (1 + m/8) 2^s, and at m = 0 they are the exact fold_table.
+TEST(Fp8Fragment, RoundedTableIsTheNearestE4m3OfEveryProduct) {
+  int rounded = 0;
+  for (uint32_t m = 0; m < 8; ++m)
+    for (int s = fp8::kFp8TableMinShift; s <= fp8::kFp8RoundedTableMaxShift; ++s) {
+      const uint32_t u = uint32_t(s - fp8::kFp8TableMinShift);
+      uint32_t lo = 0, hi = 0;
+      fp8::rounded_fold_table(u | m << 4, lo, hi);
+      for (int c = 0; c < 8; ++c) {
+        const float exact = std::ldexp(e2m1_decode(uint8_t(c)) * (1.f + float(m) / 8.f), s);
+        const uint8_t got = uint8_t((c < 4 ? lo : hi) >> (8 * (c % 4)));
+        EXPECT_EQ(got, e4m3_encode(exact)) << "m " << m << " shift " << s << " code " << c;
+        EXPECT_LT(e4m3_decode(got), 448.f);
+        rounded += e4m3_decode(got) != exact;
+      }
+      if (m == 0) {
+        uint32_t elo = 0, ehi = 0;
+        fp8::fold_table(u, elo, ehi);
+        EXPECT_EQ(lo, elo) << "shift " << s;
+        EXPECT_EQ(hi, ehi) << "shift " << s;
+      }
+    }
+  // 1.5, 3 and 6 times (1 + m/8) need a fourth bit for m = 1 and m >= 3 (but not 4)
+  EXPECT_EQ(rounded, 3 * 5 * (fp8::kFp8RoundedTableMaxShift - fp8::kFp8TableMinShift + 1));
+}
+
+// NVFP4 weights fold only when opted in, and then each byte of the FP8
+// layout, times its row's scale, is the kernel table's rounded weight
+// (fp8_folded_weight, the CPU reference's) times the global scale; about a
+// fifth of the weights change. K = 448 ends in half a scale granule.
+TEST(Fp8Fragment, Nvfp4WeightsFoldRoundedWhenOptedIn) {
+  const int64_t n = 32, k = 448;
+  const Fp4Matrix m = quantize_nvfp4(gaussian(n * k, 12).data(), n, k);
+  const PreparedExpertWeights p = prepare_gemm_weights(std::span<const Fp4Matrix>(&m, 1));
+  const std::string e = error_of([&] { (void)prepare_fp8_gemm_weights(p); });
+  EXPECT_NE(e.find("the weights are nvfp4"), std::string::npos) << e;
+  EXPECT_NE(e.find("fp8_rounds_nvfp4"), std::string::npos) << e;
+  const PreparedFp8Weights f = prepare_fp8_gemm_weights(p, /*round_nvfp4=*/true);
+  int64_t changed = 0;
+  for (int64_t row = 0; row < n; ++row)
+    for (int64_t col = 0; col < k; ++col) {
+      const double got = double(e4m3_decode(prepared_fp8_code(f, 0, row, col))) * double(f.row_scale[size_t(row)]);
+      const double want = fp8_folded_weight(m.code(row, col), m.scale(row, col / m.block_size())) * double(m.weight_scale_2);
+      ASSERT_EQ(got, want) << "row " << row << " col " << col;
+      changed += want != double(e2m1_decode(m.code(row, col))) * double(m.scale(row, col / m.block_size())) * double(m.weight_scale_2);
+    }
+  EXPECT_GT(changed, n * k / 10);
+  EXPECT_LT(changed, n * k / 3);
+}
+
 // Every byte of every FP8 A register a lane builds from the FP8 layout is the
 // e4m3 of the weight wgmma's A layout puts there (reg 0: row r, k 4c..4c+3;
 // reg 1: row r+8; regs 2, 3: k + 16), times 2^-row_exponent; the row scales
-// give the weights back exactly.
+// give the weights back exactly. K = 448 ends in half a scale granule: its
+// unused half stays zero.
 TEST(Fp8Fragment, RegistersHoldTheFoldedWeightsInWgmmaOrder) {
-  const int64_t n = 48, k = 384;
-  std::vector<float> x = gaussian(n * k, 6);
-  for (int64_t c = 0; c < k; ++c) x[size_t(5 * k + c)] *= c < 64 ? 300.f : 1.f;  // a row spanning about 9 octaves
-  for (int64_t c = 64; c < 96; ++c) x[size_t(7 * k + c)] = 0.f;                 // an all-zero block
-  const Fp4Matrix m = quantize_mxfp4(x.data(), n, k);
-  const PreparedExpertWeights p = prepare_gemm_weights(std::span<const Fp4Matrix>(&m, 1));
-  const PreparedFp8Weights f = prepare_fp8_gemm_weights(p);
-  EXPECT_GE(f.max_row_span, 8);
-  for (int64_t rg = 0; rg < n / 16; ++rg)
-    for (int64_t kk = 0; kk < k / 64; ++kk)
-      for (int lane = 0; lane < 32; ++lane) {
-        const int c = lane % 4;
-        for (int j = 0; j < 2; ++j)
-          for (int h = 0; h < 2; ++h) {
-            const int64_t row = rg * 16 + lane / 4 + 8 * h, k32 = kk * 64 + 32 * j;
-            uint32_t word;
-            std::memcpy(&word, f.weights.data() + ((rg * (k / 64) + kk) * 32 + lane) * 16 + 4 * (2 * j + h), 4);
-            const uint8_t u = f.scales[size_t(pack::scale_offset(k, row, k32))];
-            uint32_t lo, hi;
-            fp8::fold_table(u, lo, hi);
-            const uint32_t regs[2] = {fp8::low_register(word, lo, hi), fp8::high_register(word, lo, hi)};
-            for (int g = 0; g < 2; ++g)
-              for (int v = 0; v < 4; ++v) {
-                const int64_t col = k32 + 16 * g + 4 * c + v;
-                const double value = std::ldexp(double(e4m3_decode(uint8_t(regs[g] >> (8 * v)))), 0) *
-                                     double(f.row_scale[size_t(row)]);
-                ASSERT_EQ(value, double(m.dequant(row, col))) << "row " << row << " col " << col << " lane " << lane;
-                ASSERT_EQ(prepared_fp8_code(f, 0, row, col), uint8_t(regs[g] >> (8 * v)));
-              }
-          }
-      }
+  for (const int64_t k : {int64_t(384), int64_t(448)}) {
+    const int64_t n = 48;
+    std::vector<float> x = gaussian(n * k, 6);
+    for (int64_t c = 0; c < k; ++c) x[size_t(5 * k + c)] *= c < 64 ? 300.f : 1.f;  // a row spanning about 9 octaves
+    for (int64_t c = 64; c < 96; ++c) x[size_t(7 * k + c)] = 0.f;                 // an all-zero block
+    const Fp4Matrix m = quantize_mxfp4(x.data(), n, k);
+    const PreparedExpertWeights p = prepare_gemm_weights(std::span<const Fp4Matrix>(&m, 1));
+    const PreparedFp8Weights f = prepare_fp8_gemm_weights(p);
+    EXPECT_GE(f.max_row_span, 8);
+    for (int64_t rg = 0; rg < n / 16; ++rg)
+      for (int64_t kk = 0; kk < k / 64; ++kk)
+        for (int lane = 0; lane < 32; ++lane) {
+          const int c = lane % 4;
+          for (int j = 0; j < 2; ++j)
+            for (int h = 0; h < 2; ++h) {
+              const int64_t row = rg * 16 + lane / 4 + 8 * h, k32 = kk * 64 + 32 * j;
+              uint32_t word;
+              std::memcpy(&word, f.weights.data() + ((rg * (k / 64) + kk) * 32 + lane) * 16 + 4 * (2 * j + h), 4);
+              const uint8_t u = f.scales[size_t(pack::scale_offset(k, row, k32))];
+              uint32_t lo, hi;
+              fp8::fold_table(u, lo, hi);
+              const uint32_t regs[2] = {fp8::low_register(word, lo, hi), fp8::high_register(word, lo, hi)};
+              for (int g = 0; g < 2; ++g)
+                for (int v = 0; v < 4; ++v) {
+                  const int64_t col = k32 + 16 * g + 4 * c + v;
+                  const double value = std::ldexp(double(e4m3_decode(uint8_t(regs[g] >> (8 * v)))), 0) *
+                                       double(f.row_scale[size_t(row)]);
+                  ASSERT_EQ(value, double(m.dequant(row, col))) << "row " << row << " col " << col << " lane " << lane;
+                  ASSERT_EQ(prepared_fp8_code(f, 0, row, col), uint8_t(regs[g] >> (8 * v)));
+                }
+            }
+        }
+    ASSERT_EQ(f.scales.size(), size_t(pack::scale_bytes(n, k)));
+    for (int64_t row = 0; row < n; ++row)
+      for (int64_t col = k; col < pack::scale_granules(k) * 128; col += 16)
+        ASSERT_EQ(f.scales[size_t(pack::scale_offset(k, row, col))], 0) << "K " << k << " row " << row << " col " << col;
+  }
 }
 
 TEST(Fp8Fragment, WeightsTheFoldCannotHoldAreRefusedByName) {
@@ -183,12 +242,12 @@ TEST(Fp8Fragment, WeightsTheFoldCannotHoldAreRefusedByName) {
   const Fp4Matrix m = quantize_mxfp4(x.data(), n, k);
   const PreparedExpertWeights p = prepare_gemm_weights(std::span<const Fp4Matrix>(&m, 1));
   const std::string e = error_of([&] { (void)prepare_fp8_gemm_weights(p); });
-  EXPECT_NE(e.find("expert 0 has 3 nonzero MXFP4 blocks (the first in row 3)"), std::string::npos) << e;
+  EXPECT_NE(e.find("expert 0 has 3 nonzero mxfp4 blocks (the first in row 3)"), std::string::npos) << e;
   // a block whose first 16 columns are zero is counted at its second half
   for (int64_t c = 32; c < 48; ++c) x[size_t(3 * k + c)] = 0.f;
   const Fp4Matrix half = quantize_mxfp4(x.data(), n, k);
   const std::string eh = error_of([&] { (void)prepare_fp8_gemm_weights(prepare_gemm_weights(std::span<const Fp4Matrix>(&half, 1))); });
-  EXPECT_NE(eh.find("expert 0 has 3 nonzero MXFP4 blocks (the first in row 3)"), std::string::npos) << eh;
+  EXPECT_NE(eh.find("expert 0 has 3 nonzero mxfp4 blocks (the first in row 3)"), std::string::npos) << eh;
   std::vector<float> y = gaussian(n * k, 9);
   const Fp4Matrix nv = quantize_nvfp4(y.data(), n, k);
   const std::string e2 = error_of([&] { (void)prepare_fp8_gemm_weights(prepare_gemm_weights(std::span<const Fp4Matrix>(&nv, 1))); });

@@ -4,6 +4,7 @@
 
 #include <tuple>
 
+#include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
 #include "plan/gemm_plan.hpp"
 #include "plan/tma_geometry.hpp"
@@ -115,16 +116,31 @@ TEST(GemmPlan, ClusterTilesNeedWholeClustersOfNTiles) {
   EXPECT_GE(clustered, 1);
 }
 
-TEST(GemmPlan, RankingFallsBackToStagesOf128KWhereKIsNoMultipleOf256) {
+// A K that the 256-k stages do not divide, in steps of 64: the warp-specialized
+// bf16 tiles run it with a partial last stage (zero-filled past K); the others
+// refuse it by name.
+TEST(GemmPlan, WarpSpecializedTilesTakeAPartialLastKStage) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
-  for (int64_t k : {int64_t(384), int64_t(2048 + 128)}) {
+  const int full = rank_gemm_tiles(4096, 2048, sm90, 32.0, 256, 132);
+  ASSERT_GE(full, 0);
+  EXPECT_EQ(kGemmTiles[full].bk, 256) << gemm_tile_name(full);
+  for (int64_t k : {int64_t(384), int64_t(2048 + 128), int64_t(2880)}) {
     const int t = rank_gemm_tiles(4096, k, sm90, 32.0, 256, 132);
     ASSERT_GE(t, 0) << k;
-    EXPECT_TRUE(kGemmTiles[t].wgmma && kGemmTiles[t].nt == 64) << k << ": " << gemm_tile_name(t);
-    EXPECT_EQ(kGemmTiles[t].bk, 128) << k << ": " << gemm_tile_name(t);
+    EXPECT_EQ(gemm_tile_name(t), gemm_tile_name(full)) << k;
+    EXPECT_TRUE(kGemmTiles[t].takes_tails()) << k;
   }
-  const int t = rank_gemm_tiles(4096, 2048, sm90, 32.0, 256, 132);
-  EXPECT_EQ(kGemmTiles[t].bk, 256) << gemm_tile_name(t);
+  for (int i = 0; i < kNumGemmTiles; ++i) {
+    const GemmTileFit f = fit_gemm_tile(i, 4096, 2880, sm90, 0, kGemmTiles[i].activations);
+    if (kGemmTiles[i].takes_tails()) continue;
+    EXPECT_EQ(f.why, GemmTileFit::Why::does_not_divide) << gemm_tile_name(i);
+  }
+  EXPECT_EQ(fit_gemm_tile(gemm_tile_index("bm256_nt64_bk128_mt1_c1_ws"), 4096, 2880 + 32, sm90).why,
+            GemmTileFit::Why::does_not_divide)
+      << "tails come in steps of 64";
+  EXPECT_NE(plan_gemm_tile(gemm_tile_index("bm256_nt64_bk128_mt1_c1_ws"), 4096, 2880 + 32, sm90).explanation.find(
+                "takes N and K in steps of 64"),
+            std::string::npos);
 }
 
 TEST(GemmPlan, RankingSplitsASingleExpertsKOnSm90) {
@@ -193,8 +209,8 @@ TEST(GemmPlan, TensorMapBoxesAreThePlannedStages) {
   for (int i = 0; i < kNumGemmTiles; ++i) {
     const GemmTile& t = kGemmTiles[i];
     if (!t.warp_specialized) continue;
-    for (int64_t n : {256, 512, 2048, 4096, 6144, 7168})
-      for (int64_t k : {128, 256, 2048, 6144, 7168}) {
+    for (int64_t n : {256, 512, 2048, 2880, 4096, 5760, 6144, 7168})
+      for (int64_t k : {128, 256, 2048, 2880, 6144, 7168}) {
         if (!plan_gemm_tile(i, n, k, sm90).fits) continue;
         const GemmSmemLayout L{t};
         const TmaGeometry w = weight_tma_geometry(256, n, k, t), s = scale_tma_geometry(256, n, k, t);
@@ -203,11 +219,34 @@ TEST(GemmPlan, TensorMapBoxesAreThePlannedStages) {
         EXPECT_EQ(w.box_bytes(), L.weight_bytes_per_stage()) << gemm_tile_name(i);
         EXPECT_EQ(s.box_bytes(), L.scale_bytes_per_stage()) << gemm_tile_name(i);
         EXPECT_EQ(w.dims[0] * w.dims[1], k * 8) << "a row group's weight bytes";
-        EXPECT_EQ(s.dims[0], k) << "a row group's scale bytes";
+        EXPECT_EQ(w.dims[0] * w.dims[1] * w.dims[2] * w.dims[3], 256 * n * k / 2) << "the map spans the weights exactly";
+        EXPECT_EQ(s.dims[0], (k + 127) / 128 * 128) << "a row group's scale bytes";
+        EXPECT_EQ(s.dims[0] * s.dims[1] * s.dims[2], 256 * pack::scale_bytes(n, k)) << "the map spans the scales exactly";
         ++checked;
       }
   }
   EXPECT_GT(checked, 40);
+}
+
+// The expert widths real models use (DeepSeek-V2-Lite 1408, Qwen3 1536,
+// gpt-oss 2880 and its GEMM1's 5760, GLM-5 2048) and their hidden sizes plan
+// on sm_90 as they are, bf16 and e4m3, at every decode and prefill size: no
+// refusal, and the tile's K stages and N tiles cover the shape.
+TEST(GemmPlan, RealModelWidthsPlanUnpaddedOnSm90) {
+  const SmemBudget sm90 = budget_of(find_arch("sm_90"));
+  for (const auto& [hidden, width] : {std::pair<int64_t, int64_t>{2048, 1408}, {4096, 1536}, {2880, 2880}, {6144, 2048}})
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2 * width, hidden}, {hidden, width}})
+      for (ActivationType a : {ActivationType::bf16, ActivationType::e4m3})
+        for (double tpe : {0.03, 1.0, 8.0, 32.0, 128.0, 512.0}) {
+          const int t = rank_gemm_tiles(n, k, sm90, tpe, 128, 132, a);
+          ASSERT_GE(t, 0) << n << " x " << k << " " << activation_type_name(a) << " at " << tpe;
+          const GemmTile& tile = kGemmTiles[t];
+          EXPECT_TRUE(fit_gemm_tile(t, n, k, sm90, 0, a).fits) << gemm_tile_name(t);
+          EXPECT_GE(tile.k_steps(k) * tile.bk, k) << gemm_tile_name(t);
+          EXPECT_LT((tile.k_steps(k) - 1) * tile.bk, k) << gemm_tile_name(t);
+          EXPECT_GE(tile.n_tiles(n) * tile.bm, n) << gemm_tile_name(t);
+          EXPECT_EQ(tile.n_tiles(n) % tile.cluster_n, 0) << gemm_tile_name(t);
+        }
 }
 
 TEST(GemmPlan, RankingFallsBackToANarrowerWarpgroupTileThatFits) {
@@ -304,38 +343,36 @@ TEST(GemmPlan, KLoopWidthFollowsTheRows) {
   EXPECT_EQ(t.consumer_registers(), 112);
 }
 
-// GEMMs with biases (gpt-oss) run only on tiles with a biased epilogue
-// instance: the others are refused by name, and the ranking never picks one,
-// at any token count, on the shapes gpt-oss runs (padded to 3072 or 2944).
-TEST(GemmPlan, BiasedGemmsOnlyOnTilesWithABiasedInstance) {
-  const SmemBudget sm90 = budget_of(find_arch("sm_90"));
-  int without = 0;
-  for (int t = 0; t < kNumGemmTiles; ++t) {
-    if (kGemmTiles[t].biased_instance) continue;
-    ++without;
-    const ActivationType a = kGemmTiles[t].activations;
-    const SmemPlan plain = plan_gemm_tile(t, 6144, 3072, sm90, 0, false, a);
-    const SmemPlan biased = plan_gemm_tile(t, 6144, 3072, sm90, 0, /*biased=*/true, a);
-    EXPECT_TRUE(plain.fits) << plain.explanation;
-    EXPECT_FALSE(biased.fits) << gemm_tile_name(t);
-    EXPECT_NE(biased.explanation.find("no biased epilogue instance"), std::string::npos) << biased.explanation;
+// Every reallocating tile's split fits the launch's registers and setmaxnreg's
+// range (24..256 in steps of 8); the widest cluster tile's consumers get 240,
+// with which its biased instance compiles without spills.
+TEST(GemmPlan, RegisterSplitsFitTheRegisterFile) {
+  int reallocating = 0;
+  for (int i = 0; i < kNumGemmTiles; ++i) {
+    const GemmTile& t = kGemmTiles[i];
+    if (!t.warp_specialized || !t.reallocates_registers()) continue;
+    ++reallocating;
+    const int p = t.producer_registers(), c = t.consumer_registers();
+    EXPECT_TRUE(p >= 24 && p % 8 == 0 && c % 8 == 0 && c <= 256) << gemm_tile_name(i) << ": " << p << " / " << c;
+    EXPECT_GE(c, t.register_cap()) << gemm_tile_name(i);
+    EXPECT_LE((GemmTile::kProducerThreads * p + (t.threads() - GemmTile::kProducerThreads) * c) * t.ctas_per_sm, 65536)
+        << gemm_tile_name(i);
   }
-  EXPECT_GT(without, 0);
-  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{6144, 3072}, {3072, 3072}, {5888, 2944}, {2944, 2944}})
-    for (double tpe : {0.03, 0.5, 4.0, 16.0, 32.0, 64.0, 128.0, 256.0}) {
-      const int t = rank_gemm_tiles(n, k, sm90, tpe, 128, 132, /*biased=*/true);
-      ASSERT_GE(t, 0) << n << " x " << k << " at " << tpe;
-      EXPECT_TRUE(kGemmTiles[t].biased_instance) << gemm_tile_name(t) << " for " << n << " x " << k << " at " << tpe;
-      EXPECT_TRUE(fit_gemm_tile(t, n, k, sm90, 0, true).fits) << gemm_tile_name(t);
-    }
+  EXPECT_GT(reallocating, 10);
+  const GemmTile& cl2 = kGemmTiles[gemm_tile_index("bm256_nt144_bk128_mt2_c1_ws_ch136_cl2")];
+  EXPECT_EQ(cl2.producer_registers(), 24);
+  EXPECT_EQ(cl2.consumer_registers(), 240);
 }
 
-// Where no 256-row tile divides N (2944), the warpgroup-MMA preference falls
-// back to the 128-row warp-specialized tiles instead of 32-token mma.sync ones.
-TEST(GemmPlan, WarpgroupPreferenceFallsBackTo128RowTiles) {
+// An N that 256-row tiles do not divide (2944, gpt-oss's 2880): their last N
+// tile is partial (its rows past N zero-filled, not written), and the
+// preference stays the 256-row tiles, in clusters where the tiles pair up.
+TEST(GemmPlan, WarpgroupPreferenceTakesAPartialLastNTile) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
-  EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(2944, 2944, sm90, 32.0, 128, 132)), "bm128_nt64_bk128_mt1_c1_ws");
-  EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(2944, 2944, sm90, 64.0, 128, 132)), "bm128_nt128_bk128_mt1_c1_ws");
+  EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(2944, 2944, sm90, 32.0, 128, 132)), "bm256_nt64_bk256_mt1_c1_ws_e16_cl2");
+  EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(2944, 2944, sm90, 64.0, 128, 132)), "bm256_nt128_bk128_mt2_c1_ws_cl2");
+  // 2880 rows: 12 tiles of 256 (the last of 64), in pairs
+  EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(2880, 2880, sm90, 64.0, 128, 132)), "bm256_nt128_bk128_mt2_c1_ws_cl2");
   // where 256-row tiles divide N: the 64-token one (in clusters of two: 16 N tiles)
   EXPECT_EQ(gemm_tile_name(rank_gemm_tiles(4096, 6144, sm90, 32.0, 256, 132)), "bm256_nt64_bk256_mt1_c1_ws_e16_cl2");
 }
@@ -358,33 +395,23 @@ TEST(GemmPlan, RankingTakesClustersOfTwoWhereNHasWholePairs) {
   EXPECT_TRUE(kGemmTiles[single].splits_k());
 }
 
-// e4m3 GEMMs rank only e4m3 tiles, by rows per expert, biased or not (the
-// widest has a biased instance); a K the 256-k stages do not divide falls
-// back to a tile of 128-k stages.
+// e4m3 GEMMs rank only e4m3 tiles, by rows per expert. The tiles take a
+// partial last K stage and N tile, so gpt-oss's 2880 (and 2944) rank as
+// GLM-5's shapes do.
 TEST(GemmPlan, Fp8RankingTakesOnlyFp8TilesThatFit) {
   const SmemBudget sm90 = budget_of(find_arch("sm_90"));
-  // (2944: gpt-oss at feature granule 128, N divided by no 256-row tile)
-  for (const auto& [n, k] :
-       {std::pair<int64_t, int64_t>{4096, 6144}, {6144, 2048}, {6144, 3072}, {5888, 2944}, {2944, 2944}})
-    for (bool biased : {false, true})
-      for (double tpe : {0.03, 1.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0}) {
-        const int t = rank_gemm_tiles(n, k, sm90, tpe, 128, 132, biased, ActivationType::e4m3);
-        ASSERT_GE(t, 0) << n << " x " << k << " at " << tpe;
-        EXPECT_TRUE(kGemmTiles[t].fp8()) << gemm_tile_name(t);
-        EXPECT_TRUE(fit_gemm_tile(t, n, k, sm90, 0, biased, ActivationType::e4m3).fits) << gemm_tile_name(t);
-        if (tpe <= 4 && k % 256 == 0) {
-          EXPECT_EQ(gemm_tile_name(t), k <= 4096 ? "bm128_nt8_bk256_mt1_c3_ws_fp8" : "bm128_nt8_bk256_mt1_c2_ws_fp8");
-        }
-        if (tpe > 4 && tpe <= 48 && n % 256 == 0) {
-          EXPECT_EQ(gemm_tile_name(t), "bm256_nt64_bk128_mt1_c1_ws_fp8");
-        }
-        if (n % 256 != 0) {
-          EXPECT_EQ(kGemmTiles[t].bm, 128) << gemm_tile_name(t);
-        }
-        if (tpe > 48 && n % 256 == 0) {
-          EXPECT_EQ(gemm_tile_name(t), "bm256_nt128_bk128_mt2_c1_ws_fp8");
-        }
-      }
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4096, 6144}, {6144, 2048}, {6144, 3072}, {5760, 2880},
+                             {2880, 2880}, {5888, 2944}, {2944, 2944}})
+    for (double tpe : {0.03, 1.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0}) {
+      const int t = rank_gemm_tiles(n, k, sm90, tpe, 128, 132, ActivationType::e4m3);
+      ASSERT_GE(t, 0) << n << " x " << k << " at " << tpe;
+      EXPECT_TRUE(kGemmTiles[t].fp8()) << gemm_tile_name(t);
+      EXPECT_TRUE(fit_gemm_tile(t, n, k, sm90, 0, ActivationType::e4m3).fits) << gemm_tile_name(t);
+      const char* want = tpe <= 4 ? (k <= 4096 ? "bm128_nt8_bk256_mt1_c3_ws_fp8" : "bm128_nt8_bk256_mt1_c2_ws_fp8")
+                         : tpe <= 48 ? "bm256_nt64_bk128_mt1_c1_ws_fp8"
+                                     : "bm256_nt128_bk128_mt2_c1_ws_fp8";
+      EXPECT_EQ(gemm_tile_name(t), want) << n << " x " << k << " at " << tpe;
+    }
   // (and a bf16 GEMM never an e4m3 tile)
   for (double tpe : {1.0, 16.0, 256.0}) EXPECT_FALSE(kGemmTiles[rank_gemm_tiles(4096, 6144, sm90, tpe, 128, 132)].fp8());
 }

@@ -76,8 +76,8 @@ TEST(PrepareGemm, CodeBitsCoverTheWordOnce) {
   EXPECT_EQ(seen, 0xFFFFFFFFu);
 }
 
-void expect_prepared_matches(Fp4Format f, uint64_t seed) {
-  const int64_t n = 48, k = 256;
+void expect_prepared_matches(Fp4Format f, uint64_t seed, int64_t k = 256) {
+  const int64_t n = 48;
   std::mt19937_64 rng(seed);
   std::vector<Fp4Matrix> experts;
   for (int e = 0; e < 3; ++e) {
@@ -94,7 +94,12 @@ void expect_prepared_matches(Fp4Format f, uint64_t seed) {
   }
   const PreparedExpertWeights p = prepare_gemm_weights(experts);
   ASSERT_EQ(int64_t(p.weights.size()), 3 * n * k / 2);
-  ASSERT_EQ(int64_t(p.scales.size()), 3 * n * k / 16);
+  ASSERT_EQ(int64_t(p.scales.size()), 3 * pack::scale_bytes(n, k));
+  // past K in the last scale granule (K not a multiple of 128): zero bytes
+  for (int64_t e = 0; e < 3; ++e)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = k; c < pack::scale_granules(k) * 128; c += 16)
+        ASSERT_EQ(p.scales[size_t(e * p.scale_bytes_per_expert() + pack::scale_offset(k, r, c))], 0) << r << " " << c;
   const uint32_t add = prepared_scale_exponent_add(f);
   int subnormal_blocks = 0;
   for (int64_t e = 0; e < 3; ++e)
@@ -125,6 +130,11 @@ void expect_prepared_matches(Fp4Format f, uint64_t seed) {
 
 TEST(PrepareGemm, Nvfp4RoundTripsThroughThePreparedLayout) { expect_prepared_matches(Fp4Format::nvfp4, 1); }
 TEST(PrepareGemm, Mxfp4RoundTripsThroughThePreparedLayout) { expect_prepared_matches(Fp4Format::mxfp4, 2); }
+// K in steps of 64 (gpt-oss's 2880): the codes exactly, the last scale granule half used
+TEST(PrepareGemm, KInStepsOf64RoundTripsThroughThePreparedLayout) {
+  expect_prepared_matches(Fp4Format::nvfp4, 3, 192);
+  expect_prepared_matches(Fp4Format::mxfp4, 4, 2880);
+}
 
 TEST(PrepareGemm, BadShapesAreNamed) {
   std::vector<float> x(20 * 128, 1.f);

@@ -68,15 +68,16 @@ void expect_same(const PreparedProjection& got, const PreparedExpertWeights& wan
   ASSERT_EQ(0, std::memcmp(ds.data(), want.dequant_scale.data(), ds.size() * 4)) << what << ": global scales differ";
 }
 
-// Every source order and scale layout, at aligned shapes and at gpt-oss-like
-// ones (H 160, I 96: prepared padded to 256 with zero weights, as the host pads).
+// Every source order and scale layout, at aligned shapes, at gpt-oss-like
+// ones (H 160, I 96: prepared padded to 256 with zero weights, as the host pads)
+// and at K in steps of 64 unpadded (H 320, I 192: half a scale granule past K, zeros).
 TEST(GpuDeviceWeights, PrepareOnTheGpuEqualsTheHostPrepare) {
   FP4MOE_REQUIRE_GPU();
   const int64_t E = 3;
   struct Shape {
     int64_t I, H, Ip, Hp;
   };
-  for (const Shape s : {Shape{128, 256, 128, 256}, Shape{96, 160, 256, 256}})
+  for (const Shape s : {Shape{128, 256, 128, 256}, Shape{96, 160, 256, 256}, Shape{192, 320, 192, 320}})
     for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4})
       for (ScaleLayout layout : {ScaleLayout::linear, ScaleLayout::swizzled_128x4}) {
         const std::string what = std::string(to_string(f)) + (layout == ScaleLayout::linear ? " linear" : " swizzled") +

@@ -255,6 +255,43 @@ TEST(GpuGroupedGemm, EveryTileEveryTokenCount) {
   EXPECT_GE(ran, bf16_tiles - 2) << "the planner rejects most GEMM tiles on this GPU";
 }
 
+// N and K in steps of 64 that the tile does not divide (gpt-oss's 2880): the
+// warp-specialized bf16 tiles run a partial last K stage (zero-filled past K)
+// and a partial last N tile (zero-filled past the expert's rows, not written),
+// against the reference; every other tile refuses the shape by name.
+TEST(GpuGroupedGemm, PartialLastKStageAndNTile) {
+  FP4MOE_REQUIRE_GPU();
+  const int64_t n = 448, k = 448;  // 256-row tiles: 2 (the last of 192 rows); 256-k stages: 2 (the last of 192 k)
+  int ran = 0;
+  for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
+    if (plan::kGemmTiles[tile].fp8()) continue;
+    if (!plan::kGemmTiles[tile].takes_tails()) {
+      EXPECT_FALSE(plan::plan_gemm_tile(tile, n, k, device_capacity()).fits) << plan::gemm_tile_name(tile);
+      continue;
+    }
+    if (!plan::plan_gemm_tile(tile, n, k, device_capacity()).fits) continue;  // (not on this GPU)
+    ++ran;
+    for (Fp4Format f : {Fp4Format::nvfp4, Fp4Format::mxfp4}) {
+      const CaseResult r = run_case(f, n, k, kCounts, tile, device_capacity(), 31 + tile, Rows::gathered, -1, -1, false,
+                                    /*weight_seed=*/31);
+      EXPECT_EQ(r.unwritten, 0) << plan::gemm_tile_name(tile) << " " << to_string(f);
+      EXPECT_LT(r.rel_err, 1e-2) << plan::gemm_tile_name(tile) << " " << to_string(f);
+      EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::gemm_tile_name(tile) << " " << to_string(f);
+      std::printf("  %-34s %-5s N %lld K %lld rel err %.3e\n", plan::gemm_tile_name(tile).c_str(), to_string(f),
+                  (long long)n, (long long)k, r.rel_err);
+    }
+  }
+  EXPECT_GT(ran, 10);
+  // gpt-oss's own shape on the prefill tile it ranks first
+  const int wide = plan::rank_gemm_tiles(2880, 2880, device_capacity(), 64.0, 32, 132);
+  ASSERT_GE(wide, 0);
+  const CaseResult r = run_case(Fp4Format::mxfp4, 2880, 2880, {64, 0, 70, 129, 1}, wide, device_capacity(), 37);
+  EXPECT_EQ(r.unwritten, 0) << plan::gemm_tile_name(wide);
+  EXPECT_LT(r.rel_err, 1e-2) << plan::gemm_tile_name(wide);
+  EXPECT_LT(r.worst_row_rel_err, 1e-2) << plan::gemm_tile_name(wide);
+  std::printf("  %-34s N 2880 K 2880 rel err %.3e\n", plan::gemm_tile_name(wide).c_str(), r.rel_err);
+}
+
 // More experts than one pass of the schedule's prefix sum (256 per pass, 8 per lane):
 // the carry between passes, lanes past E, and runs of empty experts. One tile of each
 // kernel (all-warps, warp-specialized mma.sync, warpgroup MMA) where it fits.

@@ -6,6 +6,8 @@
 // random inputs, outputs poisoned.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -34,24 +36,45 @@ struct Fp8Result {
 };
 
 struct Fp8Experts {
+  Fp4Format format = Fp4Format::mxfp4;
   std::vector<Fp4Matrix> experts;
   PreparedFp8Weights prepared;
   DeviceBuffer<uint8_t> weights, scales;
   DeviceBuffer<float> row_scale;
 };
-Fp8Experts fp8_experts(int64_t E, int64_t n, int64_t k, uint64_t seed) {
+// NVFP4: the rounded fold (opted in).
+Fp8Experts fp8_experts(int64_t E, int64_t n, int64_t k, uint64_t seed, Fp4Format format = Fp4Format::mxfp4) {
   Fp8Experts s;
-  s.experts = test::random_fp4_matrices(Fp4Format::mxfp4, E, n, k, seed, [](int64_t e) { return 0.02f * float(1 + e % 3); });
-  s.prepared = prepare_fp8_gemm_weights(prepare_gemm_weights(s.experts));
+  s.format = format;
+  s.experts = test::random_fp4_matrices(format, E, n, k, seed, [](int64_t e) { return 0.02f * float(1 + e % 3); });
+  s.prepared = prepare_fp8_gemm_weights(prepare_gemm_weights(s.experts), format == Fp4Format::nvfp4);
   s.weights.upload(s.prepared.weights);
   s.scales.upload(s.prepared.scales);
   s.row_scale.upload(s.prepared.row_scale);
   return s;
 }
 
+// The biased instance's epilogues: per-feature biases [E][n] with the store,
+// or with gpt-oss's clamped SwiGLU (rows alternate 16 gate, 16 up).
+struct Fp8Bias {
+  kernels::GemmEpilogue epilogue = kernels::GemmEpilogue::store;
+  std::vector<float> bias;  // empty: none
+};
+constexpr float kLimit = 7.0f, kAlpha = 1.702f;
+double clamped_swiglu(double g, double u) {
+  g = std::min(g, double(kLimit));
+  u = std::clamp(u, -double(kLimit), double(kLimit));
+  return g / (1.0 + std::exp(-double(kAlpha) * g)) * (u + 1.0);
+}
+
+// Biases [E][n] of a few units (the products are O(1): some cross the clamp).
+std::vector<float> random_biases(int64_t count, uint64_t seed) { return test::random_bf16(count, seed, 4.f).values; }
+
 // Expert e gets counts[e] rows, each a random token of X [T, K].
 Fp8Result run_fp8_case(const Fp8Experts& w, int64_t n, int64_t k, const std::vector<int>& counts, int tile, uint64_t seed,
-                       int k_splits = 1, int promotion_stages = 0, bool outliers = true) {
+                       int k_splits = 1, int promotion_stages = 0, bool outliers = true, const Fp8Bias& bias = {}) {
+  const bool swiglu = bias.epilogue == kernels::GemmEpilogue::swiglu;
+  const int64_t out_cols = swiglu ? n / 2 : n;
   const int64_t E = int64_t(counts.size());
   const int64_t P = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const int64_t T = std::max<int64_t>(1, P / 2 + 3);
@@ -63,7 +86,8 @@ Fp8Result run_fp8_case(const Fp8Experts& w, int64_t n, int64_t k, const std::vec
   std::mt19937_64 rng(seed);
   for (auto& g : gather) g = int32_t(rng() % uint64_t(T));
 
-  DeviceBuffer<uint16_t> dx(x.bits), dy(size_t(std::max<int64_t>(P, 1) * n));
+  DeviceBuffer<uint16_t> dx(x.bits), dy(size_t(std::max<int64_t>(P, 1) * out_cols));
+  DeviceBuffer<float> dbias(bias.bias);
   DeviceBuffer<int32_t> doff(offsets), dgather(gather);
   DeviceBuffer<uint8_t> codes(size_t(std::max<int64_t>(P, 1) * k));
   DeviceBuffer<float> xscale(size_t(std::max<int64_t>(P, 1)));
@@ -80,7 +104,7 @@ Fp8Result run_fp8_case(const Fp8Experts& w, int64_t n, int64_t k, const std::vec
 
   kernels::GroupedGemmArgs a;
   a.weights = w.weights.get(), a.scales = w.scales.get(), a.weight_row_scale = w.row_scale.get();
-  a.format = Fp4Format::mxfp4;
+  a.format = w.format;
   a.num_experts = E, a.n = n, a.k = k;
   a.x_e4m3 = codes.get(), a.x_scale = xscale.get();
   a.permuted_rows = P;
@@ -88,6 +112,11 @@ Fp8Result run_fp8_case(const Fp8Experts& w, int64_t n, int64_t k, const std::vec
   a.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
   if (k_splits > 1) a.split_workspace = split_workspace.get(), a.split_workspace_bytes = int64_t(split_workspace.bytes());
   a.fp8_promotion_stages = promotion_stages;
+  if (!bias.bias.empty()) {
+    a.bias = dbias.get();
+    a.epilogue = bias.epilogue;
+    if (swiglu) a.activation = kernels::GemmActivation::clamped_swiglu, a.swiglu_limit = kLimit, a.swiglu_alpha = kAlpha;
+  }
   kernels::GemmLaunch launch;
   launch.tile = tile;
   launch.k_splits = k_splits;
@@ -101,25 +130,35 @@ Fp8Result run_fp8_case(const Fp8Experts& w, int64_t n, int64_t k, const std::vec
   for (int64_t p = 0; p < P; ++p)
     std::copy_n(x.values.begin() + int64_t(gather[size_t(p)]) * k, k, gathered.begin() + p * k);
   const Fp8Rows qx = quantize_rows_e4m3(gathered.data(), P, k, 0);
-  std::vector<float> ref(size_t(P * n)), got(size_t(P * n));
+  std::vector<double> z(size_t(P * n));  // products plus biases, in double
   detail::parallel_for(E, [&](int64_t e) {
     const Fp4Matrix& m = w.experts[size_t(e)];
     std::vector<double> wrow(static_cast<size_t>(k));
     for (int64_t r = 0; r < n; ++r) {
-      for (int64_t c = 0; c < k; ++c) wrow[size_t(c)] = m.dequant(r, c);
+      // the weights as the fold gives them (NVFP4: rounded to e4m3)
+      for (int64_t c = 0; c < k; ++c)
+        wrow[size_t(c)] = fp8_folded_weight(m.code(r, c), m.scale(r, c / m.block_size())) * double(m.weight_scale_2);
+      const double b = bias.bias.empty() ? 0.0 : double(bias.bias[size_t(e * n + r)]);
       for (int64_t p = offsets[size_t(e)]; p < offsets[size_t(e + 1)]; ++p) {
         double acc = 0;
         for (int64_t c = 0; c < k; ++c) acc += double(e4m3_decode(qx.codes[size_t(p * k + c)])) * wrow[size_t(c)];
-        ref[size_t(p * n + r)] = float(acc * double(qx.scales[size_t(p)]));
+        z[size_t(p * n + r)] = acc * double(qx.scales[size_t(p)]) + b;
       }
     }
   });
-  for (int64_t i = 0; i < P * n; ++i) got[size_t(i)] = bf16_to_float(ybits[size_t(i)]);
+  std::vector<float> ref(size_t(P * out_cols)), got(size_t(P * out_cols));
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t j = 0; j < out_cols; ++j) {
+      const int64_t gate = (j / 16) * 32 + j % 16;  // swiglu: output j's gate row; its up row is gate + 16
+      ref[size_t(p * out_cols + j)] =
+          float(swiglu ? clamped_swiglu(z[size_t(p * n + gate)], z[size_t(p * n + gate + 16)]) : z[size_t(p * n + j)]);
+    }
+  for (int64_t i = 0; i < P * out_cols; ++i) got[size_t(i)] = bf16_to_float(ybits[size_t(i)]);
   Fp8Result r;
   r.rel_err = test::rel_frobenius(got, ref, &r.unwritten);
   for (int64_t p = 0; p < P; ++p)
-    r.worst_row_rel_err =
-        std::max(r.worst_row_rel_err, test::rel_frobenius(got.data() + p * n, ref.data() + p * n, size_t(n), nullptr));
+    r.worst_row_rel_err = std::max(r.worst_row_rel_err, test::rel_frobenius(got.data() + p * out_cols, ref.data() + p * out_cols,
+                                                                            size_t(out_cols), nullptr));
   return r;
 }
 
@@ -141,6 +180,13 @@ const std::vector<int> kCounts = {0, 1, 2, 3, 7, 8, 15, 16, 31, 33, 64, 65, 128,
 // (docs/fp8.md, "Accumulation"); a wrong code, scale or row would be far above.
 constexpr double kFp8GemmTolerance = 2e-2, kFp8WorstRowTolerance = 8e-2;
 
+// Every output written, the whole and its worst row within the tolerances.
+void expect_fp8_result(const Fp8Result& r, const std::string& what) {
+  EXPECT_EQ(r.unwritten, 0) << what;
+  EXPECT_LT(r.rel_err, kFp8GemmTolerance) << what;
+  EXPECT_LT(r.worst_row_rel_err, kFp8WorstRowTolerance) << what;
+}
+
 TEST(GpuGroupedGemmFp8, EveryTileEveryTokenCount) {
   FP4MOE_REQUIRE_GPU();
   if (!test::first_device_has_wgmma()) GTEST_SKIP() << "the FP8 tiles need sm_90a";
@@ -149,9 +195,10 @@ TEST(GpuGroupedGemmFp8, EveryTileEveryTokenCount) {
     const int64_t n = 256;
     const Fp8Experts w = fp8_experts(int64_t(kCounts.size()), n, k, 31 + uint64_t(k));
     for (int tile : fp8_tiles()) {
-      if (k % plan::kGemmTiles[tile].bk) continue;  // (stages of 256 k: K = 2048 only)
-      ASSERT_TRUE(plan::fit_gemm_tile(tile, n, k, device_capacity(), 0, false, plan::ActivationType::e4m3).fits)
-          << plan::plan_gemm_tile(tile, n, k, device_capacity(), 0, false, plan::ActivationType::e4m3).explanation;
+      // (stages of 256 k at K = 2048 only here; PartialLastKStageAndNTile runs them on a partial stage)
+      if (k % plan::kGemmTiles[tile].bk) continue;
+      ASSERT_TRUE(plan::fit_gemm_tile(tile, n, k, device_capacity(), 0, plan::ActivationType::e4m3).fits)
+          << plan::plan_gemm_tile(tile, n, k, device_capacity(), 0, plan::ActivationType::e4m3).explanation;
       const std::string name = plan::gemm_tile_name(tile);
       const Fp8Result r = run_fp8_case(w, n, k, kCounts, tile, 100 + uint64_t(tile));
       EXPECT_EQ(r.unwritten, 0) << name;
@@ -189,6 +236,95 @@ TEST(GpuGroupedGemmFp8, SplitKSumsThePartsOfFp8Items) {
   }
 }
 
+// The biased instance of every FP8 tile: biases with the store, and with the
+// clamped SwiGLU (in the bias pass or the write loop, as the tile says), against
+// the same arithmetic in double (biases of a few units: some values past the clamp).
+TEST(GpuGroupedGemmFp8, BiasesAndClampedSwigluOnEveryTile) {
+  FP4MOE_REQUIRE_GPU();
+  if (!test::first_device_has_wgmma()) GTEST_SKIP() << "the FP8 tiles need sm_90a";
+  const int64_t n = 256, k = 2048;
+  const std::vector<int> counts = {5, 0, 17, 64, 1, 130};
+  const Fp8Experts w = fp8_experts(int64_t(counts.size()), n, k, 41);
+  const Fp8Bias store{kernels::GemmEpilogue::store, random_biases(int64_t(counts.size()) * n, 43)};
+  const Fp8Bias swiglu{kernels::GemmEpilogue::swiglu, store.bias};
+  for (int tile : fp8_tiles()) {
+    const std::string name = plan::gemm_tile_name(tile);
+    for (const Fp8Bias* c : {&store, &swiglu}) {
+      const Fp8Result r = run_fp8_case(w, n, k, counts, tile, 200 + uint64_t(tile), 1, 0, true, *c);
+      const char* what = c == &store ? "store" : "clamped SwiGLU";
+      expect_fp8_result(r, name + " " + what);
+      std::printf("  %-34s biased %-14s rel err %.3e (worst row %.3e)\n", name.c_str(), what, r.rel_err, r.worst_row_rel_err);
+    }
+  }
+}
+
+// An N and a K that the tiles do not divide, in steps of 64: every FP8 tile
+// at N = K = 448 (a last N tile of 192 rows, its last 64-row group past N on
+// the 256-row tiles; 3.5 stages of 128 k, 1.75 of 256), then gpt-oss's own
+// GEMMs (N = 5760 with the clamped SwiGLU, 2880 with the store, both biased;
+// K = 2880, 22.5 stages of 128) on the tiles the planner ranks at decode and
+// prefill sizes. The zero fill past K must add nothing, and no row past N may
+// be written (the outputs are exactly [P, n]).
+TEST(GpuGroupedGemmFp8, PartialLastKStageAndNTile) {
+  FP4MOE_REQUIRE_GPU();
+  if (!test::first_device_has_wgmma()) GTEST_SKIP() << "the FP8 tiles need sm_90a";
+  {
+    const int64_t n = 448, k = 448;
+    const std::vector<int> counts = {5, 0, 17, 64, 1, 130};
+    const Fp8Experts w = fp8_experts(int64_t(counts.size()), n, k, 61);
+    for (int tile : fp8_tiles()) {
+      const std::string name = plan::gemm_tile_name(tile);
+      ASSERT_TRUE(plan::fit_gemm_tile(tile, n, k, device_capacity(), 0, plan::ActivationType::e4m3).fits)
+          << plan::plan_gemm_tile(tile, n, k, device_capacity(), 0, plan::ActivationType::e4m3).explanation;
+      const Fp8Result r = run_fp8_case(w, n, k, counts, tile, 300 + uint64_t(tile));
+      expect_fp8_result(r, name + " N = K = 448");
+      std::printf("  %-34s N = K = 448 rel err %.3e (worst row %.3e)\n", name.c_str(), r.rel_err, r.worst_row_rel_err);
+    }
+  }
+  const std::vector<int> counts = {3, 0, 9, 1, 40};
+  for (const auto& [n, epilogue] : {std::pair<int64_t, kernels::GemmEpilogue>{5760, kernels::GemmEpilogue::swiglu},
+                                    {2880, kernels::GemmEpilogue::store}}) {
+    const int64_t k = 2880;
+    const Fp8Experts w = fp8_experts(int64_t(counts.size()), n, k, 71 + uint64_t(n));
+    const Fp8Bias bias{epilogue, random_biases(int64_t(counts.size()) * n, 73 + uint64_t(n))};
+    std::vector<int> ranked;
+    for (double tpe : {1.0, 16.0, 128.0}) {
+      const int t = plan::rank_gemm_tiles(n, k, device_capacity(), tpe, 128, 132, plan::ActivationType::e4m3);
+      ASSERT_GE(t, 0) << n << " x " << k << " at " << tpe << " tokens per expert";
+      if (std::find(ranked.begin(), ranked.end(), t) == ranked.end()) ranked.push_back(t);
+    }
+    for (int tile : ranked) {
+      const std::string name = plan::gemm_tile_name(tile);
+      const Fp8Result r = run_fp8_case(w, n, k, counts, tile, 400 + uint64_t(tile), 1, 0, true, bias);
+      expect_fp8_result(r, name + " N " + std::to_string(n) + " K 2880");
+      std::printf("  %-34s N %lld K 2880 biased rel err %.3e (worst row %.3e)\n", name.c_str(), (long long)n, r.rel_err,
+                  r.worst_row_rel_err);
+    }
+  }
+}
+
+// NVFP4 weights, opted into the rounded fold: every FP8 tile's rounded-fold
+// instance, plain and biased with the clamped SwiGLU, at a whole shape and at
+// one with a partial last K stage and N tile, against the same arithmetic in
+// double (the weights rounded as fp8_folded_weight rounds them).
+TEST(GpuGroupedGemmFp8, Nvfp4RoundedFoldOnEveryTile) {
+  FP4MOE_REQUIRE_GPU();
+  if (!test::first_device_has_wgmma()) GTEST_SKIP() << "the FP8 tiles need sm_90a";
+  const std::vector<int> counts = {5, 0, 17, 64, 1, 130};
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{256, 2048}, {448, 448}}) {
+    const Fp8Experts w = fp8_experts(int64_t(counts.size()), n, k, 81 + uint64_t(k), Fp4Format::nvfp4);
+    const Fp8Bias swiglu{kernels::GemmEpilogue::swiglu, random_biases(int64_t(counts.size()) * n, 83)};
+    for (int tile : fp8_tiles()) {
+      const std::string name = plan::gemm_tile_name(tile) + " nvfp4 N " + std::to_string(n) + " K " + std::to_string(k);
+      const Fp8Result r = run_fp8_case(w, n, k, counts, tile, 500 + uint64_t(tile));
+      expect_fp8_result(r, name);
+      const Fp8Result b = run_fp8_case(w, n, k, counts, tile, 600 + uint64_t(tile), 1, 0, true, swiglu);
+      expect_fp8_result(b, name + " clamped SwiGLU");
+      std::printf("  %-60s rel err %.3e, biased SwiGLU %.3e\n", name.c_str(), r.rel_err, b.rel_err);
+    }
+  }
+}
+
 // A bf16 GEMM is never launched on an FP8 tile (nor the reverse): the planner says why.
 TEST(GpuGroupedGemmFp8, ActivationTypesNeverMeetTheOtherTiles) {
   FP4MOE_REQUIRE_GPU();
@@ -198,7 +334,7 @@ TEST(GpuGroupedGemmFp8, ActivationTypesNeverMeetTheOtherTiles) {
   EXPECT_FALSE(p.fits);
   EXPECT_NE(p.explanation.find("multiplies e4m3 activations; this GEMM's are bf16"), std::string::npos) << p.explanation;
   const int bf16 = plan::gemm_tile_index("bm256_nt64_bk128_mt1_c1_ws");
-  EXPECT_FALSE(plan::fit_gemm_tile(bf16, 256, 2048, device_capacity(), 0, false, plan::ActivationType::e4m3).fits);
+  EXPECT_FALSE(plan::fit_gemm_tile(bf16, 256, 2048, device_capacity(), 0, plan::ActivationType::e4m3).fits);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "fp4moe/reference.hpp"
 #include "gpu_reference.hpp"
 #include "gpu_test_util.hpp"
+#include "kernels/routing_kernels.hpp"
 #include "runtime/captured_graph.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/layer_core.hpp"
@@ -161,7 +162,8 @@ TEST(GpuMoeLayer, GptOssBiasesClampAndUnalignedShapes) {
   const MoeConfig unaligned = unaligned_gpt_oss();
   struct Run {
     MoeConfig cfg;
-    int64_t granule;  // LayerOptions::feature_granule: 0 pads 288 and 160 to 512 and 256, 128 to 384 and 256
+    int64_t granule;  // LayerOptions::feature_granule: 0 pads 288 and 160 to 320 and 192 on sm_90 (512 and 256
+                      // elsewhere), 128 to 384 and 256
   };
   for (const Run& run : {Run{preset("gpt-oss-small"), 0}, Run{unaligned, 0}, Run{unaligned, 128}}) {
     const MoeConfig& cfg = run.cfg;
@@ -193,22 +195,26 @@ TEST(GpuMoeLayer, GptOssBiasesClampAndUnalignedShapes) {
 // GEMM's input rows quantized to e4m3 as the layer's row copies do, weights
 // exact), and beside it the error against the bf16 reference (what FP8
 // activations cost). Split finalize is bitwise stable and a graph replays it.
-// Refused by name: NVFP4 weights.
+// NVFP4 weights (GLM-5's small shape, with its shared expert): refused by
+// name, and opted in, against the reference of the same rounded fold.
 TEST(GpuMoeLayer, Fp8ActivationsAgainstTheirReference) {
   FP4MOE_REQUIRE_GPU();
   if (!test::first_device_has_wgmma()) GTEST_SKIP() << "fp8 activations run on sm_90's FP8 tiles";
   const MoeConfig unaligned = unaligned_gpt_oss();
-  for (const MoeConfig& cfg : {preset("gpt-oss-small"), unaligned}) {
+  for (const auto& [cfg, format] : {std::pair{preset("gpt-oss-small"), Fp4Format::mxfp4}, {unaligned, Fp4Format::mxfp4},
+                                    {preset("glm5-small"), Fp4Format::nvfp4}}) {
     for (int64_t T : {1, 5, 64, 300}) {
-      const LayerCase c = make_case(cfg, T, 300 + uint64_t(T), Fp4Format::mxfp4, 3.f);
+      const LayerCase c = make_case(cfg, T, 300 + uint64_t(T), format, 3.f);
       for (FinalizeMode mode : {FinalizeMode::fused, FinalizeMode::split}) {
         LayerOptions o;
         o.max_tokens = T;
         o.finalize = mode;
         o.activations = ActivationFormat::fp8;
+        o.fp8_rounds_nvfp4 = format == Fp4Format::nvfp4;
         MoeLayer layer(c.cfg, c.w, o);
         EXPECT_NE(layer.describe(T).find("e4m3"), std::string::npos) << layer.describe(T);
-        const std::string what = cfg.name + " T=" + std::to_string(T) + (mode == FinalizeMode::split ? " split" : " fused");
+        const std::string what = cfg.name + " " + to_string(format) + " T=" + std::to_string(T) +
+                                 (mode == FinalizeMode::split ? " split" : " fused");
         const GpuRun g = run_layer(layer, c);
         const Routing route = route_reference(c.cfg, c.logits.data(), c.T, c.w.correction_bias);
         ASSERT_EQ(g.ids, route.topk_ids) << what;
@@ -238,8 +244,74 @@ TEST(GpuMoeLayer, Fp8ActivationsAgainstTheirReference) {
     MoeLayer layer(nv.cfg, nv.w, o);
     ADD_FAILURE() << "an fp8 layer of NVFP4 weights was built";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fp8 activations need MXFP4 weights; these are nvfp4"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("fp8 activations with nvfp4 weights round each weight"), std::string::npos)
         << e.what();
+    EXPECT_NE(std::string(e.what()).find("fp8_rounds_nvfp4"), std::string::npos) << e.what();
+  }
+}
+
+// GEMM2, the shared expert's GEMM2 and the weighted sum as one launch
+// (LayerOptions::fused_down_max_tokens): at 1 to 8 tokens against the CPU
+// reference, on GLM-5's small shape (NVFP4, a shared expert) and gpt-oss's
+// (MXFP4, biases, the clamped SwiGLU); the same bits run to run and from a
+// graph; at 9 tokens the planned steps as before. Fewer launches than without it.
+TEST(GpuMoeLayer, FusedDownAgainstTheReference) {
+  FP4MOE_REQUIRE_GPU();
+  for (const auto& [name, format] : {std::pair{"glm5-small", Fp4Format::nvfp4}, {"gpt-oss-small", Fp4Format::mxfp4}}) {
+    for (int64_t T = 1; T <= 9; ++T) {
+      const LayerCase c = make_case(preset(name), T, 400 + uint64_t(T), format, 3.f);
+      LayerOptions o;
+      o.max_tokens = T;
+      o.fused_down_max_tokens = 8;
+      MoeLayer layer(c.cfg, c.w, o);
+      LayerOptions plain = o;
+      plain.fused_down_max_tokens = 0;
+      MoeLayer reference_layer(c.cfg, c.w, plain);
+      const std::string what = std::string(name) + " T=" + std::to_string(T);
+      const std::string d = layer.describe(T);
+      ASSERT_EQ(d.find("weighted sum: one launch") != std::string::npos, T <= 8) << what << "\n" << d;
+      const auto launches = [](const std::string& text) { return std::stoi(text.substr(text.find("launches: ") + 10)); };
+      if (T <= 8) {
+        EXPECT_LT(launches(d), launches(reference_layer.describe(T))) << d << reference_layer.describe(T);
+      }
+      const GpuRun g = run_layer(layer, c);
+      expect_matches_reference(c, g, what);
+      EXPECT_EQ(run_layer(layer, c).out, g.out) << what << ": not bitwise stable";
+      if (T == 4) {
+        EXPECT_EQ(run_layer(layer, c, /*graph=*/true).out, g.out) << what << ": graph replay differs from eager";
+      }
+    }
+  }
+  LayerOptions bad;
+  bad.fused_down_max_tokens = 9;
+  const LayerCase c = make_case("glm5-small", 2, 7);
+  try {
+    MoeLayer layer(c.cfg, c.w, bad);
+    ADD_FAILURE() << "fused_down_max_tokens = 9 was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fused_down_max_tokens = 9 is outside 0..8"), std::string::npos) << e.what();
+  }
+}
+
+// describe() counts a forward's launches, with the layer's routing and with
+// the caller's: at 1 to 8 tokens routing and permutation are one launch
+// (kRoutePermuteMaxTokens), as many as the permutation alone, and from 9
+// tokens two.
+TEST(GpuMoeLayer, DescribeCountsTheLaunches) {
+  FP4MOE_REQUIRE_GPU();
+  const LayerCase c = make_case("glm5-small", 9, 5);
+  LayerOptions o;
+  o.max_tokens = 9;
+  MoeLayer layer(c.cfg, c.w, o);
+  for (const int64_t T : {1, 8, 9}) {
+    const std::string d = layer.describe(T);
+    const size_t at = d.find("launches: "), with = d.find(" (", at);
+    ASSERT_NE(at, std::string::npos) << d;
+    ASSERT_NE(with, std::string::npos) << d;
+    const int routed = std::stoi(d.substr(at + 10)), given = std::stoi(d.substr(with + 2));
+    EXPECT_EQ(routed, given + (T > kernels::kRoutePermuteMaxTokens ? 1 : 0)) << d;
+    EXPECT_GE(given, 4) << d;  // the permutation, GEMM1 (and its row copy), GEMM2, the finalize
+    EXPECT_EQ(d.find("routing and permutation: one launch") != std::string::npos, T <= kernels::kRoutePermuteMaxTokens) << d;
   }
 }
 

@@ -50,9 +50,10 @@ std::string error_of(const std::function<void()>& fn) {
 }
 
 void expect_same_as_host(const PreparedExpertWeights& p, const std::string& what) {
-  const PreparedFp8Weights want = prepare_fp8_gemm_weights(p);
+  const bool round = p.format == Fp4Format::nvfp4;  // (opted in: the fold rounds)
+  const PreparedFp8Weights want = prepare_fp8_gemm_weights(p, round);
   PreparedProjection proj(p);
-  proj.convert_to_fp8(what.c_str());
+  proj.convert_to_fp8(what.c_str(), round);
   EXPECT_EQ(proj.activations, plan::ActivationType::e4m3);
   EXPECT_EQ(proj.weights.download(), want.weights) << what;
   EXPECT_EQ(proj.scales.download(), want.scales) << what;
@@ -61,17 +62,24 @@ void expect_same_as_host(const PreparedExpertWeights& p, const std::string& what
   EXPECT_EQ(std::memcmp(rs.data(), want.row_scale.data(), rs.size() * sizeof(float)), 0) << what << ": row scales";
 }
 
+// K = 448 ends in half a scale granule (gpt-oss's 2880 does too). NVFP4:
+// opted in, its fold codes carry the scales' mantissas.
 TEST(GpuPrepareFp8, EqualsTheHostPrepareByteForByte) {
   FP4MOE_REQUIRE_GPU();
-  const int64_t E = 3, n = 48, k = 384;
-  std::vector<Fp4Matrix> a, b;
-  for (int64_t e = 0; e < E; ++e) {
-    a.push_back(expert(20 + uint32_t(e), int(e), n, k, Fp4Format::mxfp4));
-    b.push_back(expert(30 + uint32_t(e), int(E - 1 - e), n, k, Fp4Format::mxfp4));
+  for (const Fp4Format format : {Fp4Format::mxfp4, Fp4Format::nvfp4})
+  for (const int64_t k : {int64_t(384), int64_t(448)}) {
+    const int64_t E = 3, n = 48;
+    std::vector<Fp4Matrix> a, b;
+    for (int64_t e = 0; e < E; ++e) {
+      a.push_back(expert(20 + uint32_t(e), int(e), n, k, format));
+      b.push_back(expert(30 + uint32_t(e), int(E - 1 - e), n, k, format));
+    }
+    const std::string at = std::string(" ") + to_string(format) + " at K = " + std::to_string(k);
+    expect_same_as_host(prepare_gemm_weights(std::span<const Fp4Matrix>(a)), "down" + at);
+    // gate and up interleaved: two scale parts
+    expect_same_as_host(prepare_gated_gemm_weights(std::span<const Fp4Matrix>(a), std::span<const Fp4Matrix>(b)),
+                        "gate/up" + at);
   }
-  expect_same_as_host(prepare_gemm_weights(std::span<const Fp4Matrix>(a)), "down");
-  // gate and up interleaved: two scale parts
-  expect_same_as_host(prepare_gated_gemm_weights(std::span<const Fp4Matrix>(a), std::span<const Fp4Matrix>(b)), "gate/up");
 }
 
 TEST(GpuPrepareFp8, WeightsTheFoldCannotHoldAreRefusedByName) {
@@ -83,7 +91,7 @@ TEST(GpuPrepareFp8, WeightsTheFoldCannotHoldAreRefusedByName) {
   const Fp4Matrix m[2] = {quantize_mxfp4(gaussian(n * k, 7).data(), n, k), quantize_mxfp4(x.data(), n, k)};
   PreparedProjection proj(prepare_gemm_weights(std::span<const Fp4Matrix>(m, 2)));
   const std::string e = error_of([&] { proj.convert_to_fp8("layer.w2"); });
-  EXPECT_NE(e.find("layer.w2: FP8 activations: expert 1 has 3 nonzero MXFP4 blocks (the first in row 3)"),
+  EXPECT_NE(e.find("layer.w2: FP8 activations: expert 1 has 3 nonzero mxfp4 blocks (the first in row 3)"),
             std::string::npos) << e;
   EXPECT_EQ(proj.weights.size(), 0u);  // re-packed in place, then dropped: neither layout is left
   EXPECT_EQ(proj.activations, plan::ActivationType::bf16);
@@ -91,6 +99,7 @@ TEST(GpuPrepareFp8, WeightsTheFoldCannotHoldAreRefusedByName) {
   PreparedProjection nvp(prepare_gemm_weights(std::span<const Fp4Matrix>(&nv, 1)));
   const std::string e2 = error_of([&] { nvp.convert_to_fp8("layer.w13"); });
   EXPECT_NE(e2.find("layer.w13: FP8 activations: the weights are nvfp4"), std::string::npos) << e2;
+  EXPECT_NE(e2.find("fp8_rounds_nvfp4"), std::string::npos) << e2;
   EXPECT_EQ(nvp.activations, plan::ActivationType::bf16);
 }
 

@@ -25,13 +25,20 @@ import tempfile
 ARCHS = {"sm_80": "sm80", "sm_90a": "sm90", "sm_120a": "sm120"}
 
 
-# Each tile has two kernel instances (the plain epilogue and the biased one):
-# the tile index and the EpilogueInstance are the template arguments.
-TILE_ARGUMENTS = r"ILi(\d+)EL\w*?EpilogueInstanceE(\d)E"  # in a kernel's mangled name
+# Each tile has two kernel instances (the plain epilogue and the biased one),
+# and each e4m3 tile two more for NVFP4 weights (the rounded fold): the tile
+# index, the EpilogueInstance and (warp-specialized tiles) the rounded fold are
+# the template arguments.
+TILE_ARGUMENTS = r"ILi(\d+)EL\w*?EpilogueInstanceE(\d)E(?:Lb([01])E)?"  # in a kernel's mangled name
 TILE_OF_FUNCTION = re.compile(TILE_ARGUMENTS)
 KERNEL = re.compile(r"Compiling entry function '.*(?:fp4_grouped_gemm_kernel|fp4_grouped_gemm_ws_kernel)" + TILE_ARGUMENTS +
                     r".*' for '(sm_\w+)'")
-INSTANCES = {0: "", 1: " biased"}
+INSTANCES = {0: "", 1: " biased", 2: " rounded", 3: " biased rounded"}
+
+
+def instance_of(match):
+    """The instance index of a TILE_ARGUMENTS match: the epilogue, plus 2 for the rounded fold."""
+    return int(match.group(2)) + 2 * int(match.group(3) or 0)
 
 
 advisories = []  # (source, code, message, tile index or None, instance, function)
@@ -56,7 +63,7 @@ def parse_advisory(line):
     if not m:
         return None
     t = TILE_OF_FUNCTION.search(m.group(3))
-    return m.group(1), m.group(2), int(t.group(1)) if t else None, int(t.group(2)) if t else 0, m.group(3)
+    return m.group(1), m.group(2), int(t.group(1)) if t else None, instance_of(t) if t else 0, m.group(3)
 
 
 def judge_advisories(found, tile_names):
@@ -104,7 +111,7 @@ def ptxas_report(build, source, cmds, report):
             continue
         m = KERNEL.search(line)
         if m:
-            cur = (m.group(3), int(m.group(1)), int(m.group(2)))
+            cur = (m.group(4), int(m.group(1)), instance_of(m))
             report[cur] = {"regs": 0, "smem": 0, "spill": 0, "stack": 0}
             continue
         if cur is None:
@@ -170,10 +177,10 @@ def uniform_descriptor_report(obj, report):
         m = re.search(r"arch = (sm_\w+)", line)
         if m:
             arch = m.group(1)
-        m = re.search(r"Function : .*grouped_gemm_ws_kernelILi(\d+)EL\w*?EpilogueInstanceE(\d)E", line)
+        m = re.search(r"Function : .*grouped_gemm_ws_kernel" + TILE_ARGUMENTS, line)
         if m:
             flush()
-            cur, hgmma, r2ur, seen_r2ur = (arch, int(m.group(1)), int(m.group(2))), 0, 0, 0
+            cur, hgmma, r2ur, seen_r2ur = (arch, int(m.group(1)), instance_of(m)), 0, 0, 0
             continue
         if "HGMMA" in line:
             hgmma += 1
@@ -220,10 +227,10 @@ def main():
         plans = json.loads(subprocess.run([cli, "plan", "--arch", arch, "--kernel", "grouped", "--sweep", "--json",
                                            "--n", "4096", "--k", "6144"], capture_output=True, text=True, check=True).stdout)
         for idx, p in enumerate(plans):
-            for inst, suffix in INSTANCES.items():
-                if inst == 1 and not p["biased_instance"]:
+            for inst, suffix in INSTANCES.items():  # every tile has both (e4m3: all four); a missing one fails
+                if inst >= 2 and p["activations"] != "e4m3":
                     if (sm, idx, inst) in report:
-                        failures.append(f"{sm} {p['tile']}: a biased instance was compiled for a tile without one")
+                        failures.append(f"{sm} {p['tile']}{suffix}: a rounded-fold instance of a bf16 tile")
                     continue
                 checked += check_one(f"{sm} {p['tile']}{suffix}", report.get((sm, idx, inst)), p, failures)
     known, advisory_failures = judge_advisories(advisories, {i: p["tile"] for i, p in enumerate(plans)})

@@ -19,7 +19,7 @@ import sys
 
 _FUNC = re.compile(r"Function : (\S+)")
 _INSTR = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+([A-Z][A-Z0-9_.]*)")
-_TILE = re.compile(r"ILi(\d+)E(?:L\w*?EpilogueInstanceE(\d)E)?")
+_TILE = re.compile(r"ILi(\d+)E(?:L\w*?EpilogueInstanceE(\d)E(?:Lb([01])E)?)?")
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -28,11 +28,12 @@ from check_kernel_resources import find_cuobjdump  # noqa: E402
 
 def kernel_key(mangled):
     """'ws 15' / 'all-warps 3' for the grouped GEMM kernels (their plain epilogue
-    instance; 'ws 15 biased' for the biased one); the mangled name otherwise."""
+    instance; 'ws 15 biased' for the biased one, ' rounded' for an e4m3 tile's
+    NVFP4 instances); the mangled name otherwise."""
     m = _TILE.search(mangled)
     if m and "grouped_gemm" in mangled:
         kind = "ws" if ("_ws_" in mangled or "warp_specialized" in mangled) else "all-warps"
-        return f"{kind} {int(m.group(1))}" + (" biased" if m.group(2) == "1" else "")
+        return f"{kind} {int(m.group(1))}" + (" biased" if m.group(2) == "1" else "") + (" rounded" if m.group(3) == "1" else "")
     return mangled
 
 

@@ -29,6 +29,14 @@ class Advisories(unittest.TestCase):
         self.assertEqual((b[0], b[2], b[3]), ("C7513", 7, 0))
         self.assertIsNone(crc.parse_advisory("ptxas info    : Used 96 registers, used 1 barriers"))
 
+    def test_the_rounded_fold_is_its_own_instance(self):
+        # the warp-specialized kernels' third template argument: e4m3 tiles of NVFP4 weights
+        rounded = FUNCTION.replace("EpilogueInstanceE{inst}E", "EpilogueInstanceE{inst}ELb{r}E")
+        for inst, r, want in ((0, 0, 0), (1, 0, 1), (0, 1, 2), (1, 1, 3)):
+            a = crc.parse_advisory(C7513.format(f=rounded.format(tile=43, inst=inst, r=r)))
+            self.assertEqual((a[2], a[3]), (43, want))
+            self.assertEqual(crc.INSTANCES[want], crc.INSTANCES[inst] + (" rounded" if r else ""))
+
     def test_only_a_listed_tile_and_code_is_known(self):
         name = "bm256_nt128_bk128_mt1_c1_ws_w16"
         self.assertIn((name, "C7512"), crc.KNOWN_ADVISORIES)

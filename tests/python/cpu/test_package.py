@@ -219,3 +219,9 @@ def test_activations_option_is_checked_by_name():
         fp4moe.MoeLayer.random(cfg, activations="e5m2")
     with pytest.raises(ValueError, match="activations 'fp16'"):
         fp4moe.ParallelMoeLayer.random(cfg, rank=0, ranks=1, unique_id=fp4moe.nccl_unique_id(), activations="fp16")
+
+
+def test_layer_options_are_checked_by_name():
+    cfg = dict(fp4moe.preset("glm5-small"))
+    with pytest.raises(ValueError, match="max_plans -1 is negative"):
+        fp4moe.MoeLayer.random(cfg, max_plans=-1)
