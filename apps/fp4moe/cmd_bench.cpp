@@ -66,7 +66,6 @@ struct BenchOptions {
   int64_t feature_granule = 0;
   std::string activations = "bf16";
   bool fp8_rounds_nvfp4 = false;
-  int64_t fused_down_max_tokens = 0;
   std::string format = "auto";  // the model's checkpoint format, or nvfp4 / mxfp4
   bool no_split_k = false;
   bool shared_expert_in_routed = false;
@@ -268,7 +267,6 @@ void run_bench(const BenchOptions& o) {
   bo.layer.feature_granule = o.feature_granule;
   bo.layer.activations = parse_activation_format(o.activations);
   bo.layer.fp8_rounds_nvfp4 = o.fp8_rounds_nvfp4;
-  bo.layer.fused_down_max_tokens = o.fused_down_max_tokens;
   bo.layer.finalize = o.finalize == "fused" ? FinalizeMode::fused : o.finalize == "split" ? FinalizeMode::split
                                                                                           : FinalizeMode::automatic;
   bo.layer.split_k = !o.no_split_k;
@@ -323,11 +321,6 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--deterministic", o.deterministic, "Split finalize");
   cmd->add_option("--activations", o.activations, "bf16, or fp8 (W4A8: e4m3 activations, sm_90; NVFP4 weights with --fp8-rounds-nvfp4)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
-      ->capture_default_str();
-  cmd->add_option("--fused-down-max-tokens", o.fused_down_max_tokens,
-                  "Forwards of up to this many tokens (0..8) run GEMM2, the shared expert's GEMM2 and the weighted "
-                  "sum as one launch (LayerOptions::fused_down_max_tokens)")
-      ->check(CLI::Range(int64_t(0), int64_t(8)))
       ->capture_default_str();
   cmd->add_flag("--fp8-rounds-nvfp4", o.fp8_rounds_nvfp4, "fp8 activations with NVFP4 weights: accept each weight rounded to e4m3 (docs/fp8.md, NVFP4)");
   cmd->add_option("--format", o.format,

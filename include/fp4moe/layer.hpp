@@ -70,12 +70,6 @@ struct LayerOptions {
   // so each folded weight is rounded to e4m3 (to nearest even; docs/fp8.md,
   // "NVFP4" states the error). Refused unless this is set.
   bool fp8_rounds_nvfp4 = false;
-  // Forwards of up to this many tokens (at most 8; 0: none) run GEMM2, the
-  // shared expert's GEMM2 and the weighted sum as one launch, deterministic
-  // without atomics (the small-batch path's down projection;
-  // docs/kernels.md). Taken where it applies: bf16 activations, H unpadded,
-  // the shared expert apart, T top_k <= 64; the single-GPU layer only.
-  int64_t fused_down_max_tokens = 0;
   // The shared expert runs as one more expert of the routed GEMMs (every token
   // one row, weight 1), so that its weights stream on every SM in the routed
   // launches instead of in two launches of their own. Taken where it can be:
@@ -155,8 +149,7 @@ class MoeLayer {
 
   // Per-stage device time of forward() over `reps` runs, CUDA events between
   // the stages: "route", "permute", "gemm1", "gemm2", "shared", "finalize" (at 1
-  // to 8 tokens routing and permutation are one launch: "route" holds both; with
-  // fused_down_max_tokens, "gemm2" holds GEMM2, both shared GEMMs and the sum). Synchronises.
+  // to 8 tokens routing and permutation are one launch: "route" holds both). Synchronises.
   struct StageTime {
     std::string stage;
     double median_ms = 0, min_ms = 0, max_ms = 0;

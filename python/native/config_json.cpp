@@ -42,7 +42,6 @@ void option_fields(O& o, F&& f) {
   f("deterministic", o.deterministic), f("finalize", o.finalize), f("device", o.device), f("split_k", o.split_k);
   f("activations", o.activations), f("shared_expert_in_routed_gemms", o.shared_expert_in_routed_gemms);
   f("fp8_rounds_nvfp4", o.fp8_rounds_nvfp4), f("max_plans", o.max_plans);
-  f("fused_down_max_tokens", o.fused_down_max_tokens);
 }
 
 template <class T>

@@ -42,9 +42,6 @@ std::string ForwardPlan::describe() const {
     if (k.k_split.splits > 1) os << ", K split " << k.k_split.splits << " ways (" << k.k_split.explanation() << ")";
     os << "\n";
   }
-  if (fused_down)
-    os << "GEMM2" << (fused_down->shared.weights ? ", the shared expert's GEMM2" : "")
-       << " and the weighted sum: one launch (16-row groups of H per CTA, deterministic)\n";
   os << "launches: " << launches(true) << " a forward (" << launches(false) << " with the caller's routing)\n";
   return os.str();
 }
@@ -183,32 +180,6 @@ std::string LayerCore::plan_notes() const {
   return os.str();
 }
 
-std::optional<kernels::DecodeDownArgs> LayerCore::fused_down_args(const PlanShape& s) const {
-  const int64_t k = cfg_.top_k;
-  const bool applies = s.rows <= opts_.fused_down_max_tokens && s.rows <= kernels::kDecodeDownMaxTokens &&
-                       s.rows * k <= kernels::kDecodeDownMaxPairs && s.dense_rows == s.rows &&
-                       opts_.activations == ActivationFormat::bf16 && !shared_in_routed_ &&
-                       hidden_padded_ == cfg_.hidden && (!shared_ || !shared_->w2.biased());
-  if (!applies) return std::nullopt;
-  const auto weights = [](const PreparedProjection& w) {
-    return kernels::DecodeWeights{w.weights.get(), w.scales.get(), w.dequant_scale.get(), w.scale_parts, w.k};
-  };
-  kernels::DecodeDownArgs d;
-  d.format = routed_->w2.format;
-  d.routed = weights(routed_->w2);
-  d.bias = routed_->w2.biased() ? routed_->w2.bias.get() : nullptr;
-  d.experts = static_cast<int>(routed_experts_);
-  d.hidden = cfg_.hidden;
-  d.tokens = s.rows;
-  d.top_k = static_cast<int>(k);
-  d.expert_offsets = offsets_.get();
-  d.pair_pos = pair_pos_.get();
-  d.a2 = a2_.get();
-  if (shared_) d.shared = weights(shared_->w2), d.shared_a2 = shared_a2_.get();
-  d.status = status_.get();
-  return d;
-}
-
 ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
   FP4MOE_CHECK(s.rows >= 1 && permuted_rows(s.rows) <= int64_t(permuted_pair_.size()) && s.tile_tokens >= 0 &&
                    s.dense_rows >= 0 && s.dense_rows <= opts_.max_tokens &&
@@ -239,12 +210,9 @@ ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
   pa.dense_tokens = s.dense_rows;
   pa.status = status_.get();
   p.route_permute_fused = kernels::route_permute_fits(s.rows, p.route.experts, pa.experts);
-  p.fused_down = fused_down_args(s);
   const std::vector<GemmSpec> specs = gemm_specs(s);
   p.gemm_steps.reserve(specs.size());
   for (const GemmSpec& g : specs) {
-    if (p.fused_down && !g.reads_hidden) continue;  // the GEMM2s: the fused down launch does them
-
     GemmStepPlan& st = p.gemm_steps.emplace_back();
     st.name = g.name;
     st.title = g.title;
@@ -255,7 +223,7 @@ ForwardPlan LayerCore::make_plan(const PlanShape& s) const {
     st.choice = choose_tile(g);
     st.launch = prepare(g, st.choice);
   }
-  if (finalize_ != FinalizeMode::split && !p.fused_down) {
+  if (finalize_ != FinalizeMode::split) {
     p.accumulate = accumulate_.get();
     p.accumulate_bytes = size_t(s.rows * hidden_padded_) * sizeof(float);
   }

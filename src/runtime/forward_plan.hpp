@@ -17,7 +17,6 @@
 #include <cuda_bf16.h>
 
 #include "common/concurrent_memo.hpp"
-#include "kernels/decode_down.hpp"
 #include "kernels/routing_kernels.hpp"
 #include "runtime/gemm_step.hpp"
 
@@ -58,11 +57,6 @@ struct ForwardPlan {
   // Routing and permutation in one launch (kernels::launch_route_permute): a
   // forward of few tokens that routes on the device.
   bool route_permute_fused = false;
-  // GEMM2, the shared expert's GEMM2 and the weighted sum as one launch
-  // (kernels::launch_decode_down; LayerOptions::fused_down_max_tokens):
-  // topk_weights and out bound at launch. Then the steps hold neither GEMM2
-  // and there is no finalize.
-  std::optional<kernels::DecodeDownArgs> fused_down;
   // As many as the forward has (2, or 4 with a shared expert of its own): a
   // layer holds a plan per token count, and each step is about 1.7 KB.
   std::vector<GemmStepPlan> gemm_steps;

@@ -11,7 +11,6 @@
 #include "format/prepare_gemm.hpp"
 #include "format/prepared_layout.hpp"
 #include "fp4moe/error.hpp"
-#include "kernels/decode_down.hpp"
 #include "plan/split_k.hpp"
 #include "runtime/cublas_check.hpp"
 #include "runtime/device_limits.hpp"
@@ -104,9 +103,6 @@ void LayerCore::init_device(const MoeConfig& c, const LayerOptions& o) {
   opts_ = o;
   FP4MOE_CHECK(o.max_tokens >= 1, "LayerOptions::max_tokens = " << o.max_tokens << " must be at least 1");
   FP4MOE_CHECK(o.max_plans >= 0, "LayerOptions::max_plans = " << o.max_plans << " must be 0 (no bound) or more");
-  FP4MOE_CHECK(o.fused_down_max_tokens >= 0 && o.fused_down_max_tokens <= kernels::kDecodeDownMaxTokens,
-               "LayerOptions::fused_down_max_tokens = " << o.fused_down_max_tokens << " is outside 0.."
-                                                         << kernels::kDecodeDownMaxTokens);
   plans_.set_capacity(size_t(o.max_plans));
   FP4MOE_CHECK(c.hidden % 8 == 0, "MoeLayer: hidden = " << c.hidden << " is not a multiple of 8");
   if (o.device >= 0) FP4MOE_CUDA_CHECK(cudaSetDevice(o.device));

@@ -119,9 +119,6 @@ class LayerCore {
   TileChoice choose_tile(const GemmSpec& g) const;
   GemmStepLaunch prepare(const GemmSpec& g, const TileChoice& c) const;
   ForwardPlan make_plan(const PlanShape& shape) const;
-  // The fused down launch's arguments for a forward of `shape`, where it applies
-  // (LayerOptions::fused_down_max_tokens); topk_weights and out bound at launch.
-  std::optional<kernels::DecodeDownArgs> fused_down_args(const PlanShape& shape) const;
   std::string plan_notes() const;
 
   void init_device(const MoeConfig& c, const LayerOptions& o);

@@ -52,9 +52,6 @@ void LayerCore::forward(const ForwardPlan& plan, const ForwardArgs& in, cudaStre
   auto mark = [&](const char* stage) {
     if (marks) marks->mark(stage, stream);
   };
-  FP4MOE_CHECK(!plan.fused_down || !in.sums, "forward: the fp32 sums are the finalize's; "
-                                            "LayerOptions::fused_down_max_tokens must be 0 for a layer whose forward "
-                                            "returns them");
   const bool routed = in.topk_ids != nullptr;
   const int32_t* ids = routed ? in.topk_ids : topk_ids_.get();
   const float* weights = routed ? in.topk_weights : topk_weights_.get();
@@ -78,15 +75,7 @@ void LayerCore::forward(const ForwardPlan& plan, const ForwardArgs& in, cudaStre
     enqueue_planned_gemm(g, in.hidden, weights, stream);
     if (g.stage) mark(g.stage);
   }
-  if (plan.fused_down) {
-    kernels::DecodeDownArgs d = *plan.fused_down;
-    d.topk_weights = weights;
-    d.out = in.out;
-    kernels::launch_decode_down(d, device_.sm_count, stream);
-    mark("gemm2");  // (the one launch: GEMM2, the shared GEMM2 and the sum; "finalize" below takes nothing)
-  } else {
-    finalize(plan, weights, true, in.out, in.sums, stream);
-  }
+  finalize(plan, weights, true, in.out, in.sums, stream);
   mark("finalize");
 }
 
@@ -95,8 +84,6 @@ void LayerCore::routed_experts(const ForwardPlan& plan, const __nv_bfloat16* hid
   FP4MOE_CHECK(finalize_ == FinalizeMode::split, "routed_experts: the layer's finalize must be split (its fp32 sums)");
   FP4MOE_CHECK(!shared_in_routed_, "routed_experts: the layer runs its shared expert among the routed ones "
                                    "(LayerOptions::shared_expert_in_routed_gemms must be false here)");
-  FP4MOE_CHECK(!plan.fused_down, "routed_experts: the plan fuses GEMM2 into its weighted sum "
-                                 "(LayerOptions::fused_down_max_tokens must be 0 here)");
   permute(plan, ids, stream);
   for (const GemmStepPlan& g : plan.gemms())
     if (!g.dense) enqueue_planned_gemm(g, hidden, weights, stream);
@@ -105,8 +92,6 @@ void LayerCore::routed_experts(const ForwardPlan& plan, const __nv_bfloat16* hid
 
 const __nv_bfloat16* LayerCore::shared_expert(const ForwardPlan& plan, const __nv_bfloat16* hidden, cudaStream_t stream) {
   if (!shared_) return nullptr;
-  FP4MOE_CHECK(!plan.fused_down, "shared_expert: the plan fuses its GEMM2 into the weighted sum "
-                                 "(LayerOptions::fused_down_max_tokens must be 0 here)");
   for (const GemmStepPlan& g : plan.gemms())
     if (g.dense) enqueue_planned_gemm(g, hidden, nullptr, stream);
   return shared_y_.get();

@@ -250,49 +250,6 @@ TEST(GpuMoeLayer, Fp8ActivationsAgainstTheirReference) {
   }
 }
 
-// GEMM2, the shared expert's GEMM2 and the weighted sum as one launch
-// (LayerOptions::fused_down_max_tokens): at 1 to 8 tokens against the CPU
-// reference, on GLM-5's small shape (NVFP4, a shared expert) and gpt-oss's
-// (MXFP4, biases, the clamped SwiGLU); the same bits run to run and from a
-// graph; at 9 tokens the planned steps as before. Fewer launches than without it.
-TEST(GpuMoeLayer, FusedDownAgainstTheReference) {
-  FP4MOE_REQUIRE_GPU();
-  for (const auto& [name, format] : {std::pair{"glm5-small", Fp4Format::nvfp4}, {"gpt-oss-small", Fp4Format::mxfp4}}) {
-    for (int64_t T = 1; T <= 9; ++T) {
-      const LayerCase c = make_case(preset(name), T, 400 + uint64_t(T), format, 3.f);
-      LayerOptions o;
-      o.max_tokens = T;
-      o.fused_down_max_tokens = 8;
-      MoeLayer layer(c.cfg, c.w, o);
-      LayerOptions plain = o;
-      plain.fused_down_max_tokens = 0;
-      MoeLayer reference_layer(c.cfg, c.w, plain);
-      const std::string what = std::string(name) + " T=" + std::to_string(T);
-      const std::string d = layer.describe(T);
-      ASSERT_EQ(d.find("weighted sum: one launch") != std::string::npos, T <= 8) << what << "\n" << d;
-      const auto launches = [](const std::string& text) { return std::stoi(text.substr(text.find("launches: ") + 10)); };
-      if (T <= 8) {
-        EXPECT_LT(launches(d), launches(reference_layer.describe(T))) << d << reference_layer.describe(T);
-      }
-      const GpuRun g = run_layer(layer, c);
-      expect_matches_reference(c, g, what);
-      EXPECT_EQ(run_layer(layer, c).out, g.out) << what << ": not bitwise stable";
-      if (T == 4) {
-        EXPECT_EQ(run_layer(layer, c, /*graph=*/true).out, g.out) << what << ": graph replay differs from eager";
-      }
-    }
-  }
-  LayerOptions bad;
-  bad.fused_down_max_tokens = 9;
-  const LayerCase c = make_case("glm5-small", 2, 7);
-  try {
-    MoeLayer layer(c.cfg, c.w, bad);
-    ADD_FAILURE() << "fused_down_max_tokens = 9 was taken";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fused_down_max_tokens = 9 is outside 0..8"), std::string::npos) << e.what();
-  }
-}
-
 // describe() counts a forward's launches, with the layer's routing and with
 // the caller's: at 1 to 8 tokens routing and permutation are one launch
 // (kRoutePermuteMaxTokens), as many as the permutation alone, and from 9

@@ -72,7 +72,6 @@ ParallelMoeLayer::ParallelMoeLayer(const MoeConfig& cfg, const MoeWeights& weigh
   local.finalize = FinalizeMode::split;  // the partial sums are the split finalize's fp32 sums
   // the shared expert runs over the rank's own tokens, the routed experts over every rank's rows
   local.shared_expert_in_routed_gemms = false;
-  local.fused_down_max_tokens = 0;  // (its sums are the finalize's, per rank)
   local.device = device;
   if (mode == ParallelMode::expert_allgather) {
     const parallel::ExpertRange r = parallel::expert_range(cfg, p.rank, p.ranks);
