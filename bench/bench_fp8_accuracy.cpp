@@ -1,7 +1,8 @@
 // What FP8 activations (W4A8) cost in accuracy, on the CPU: each model GEMM's
 // output with activations as bf16 (W4A16), as e4m3 with one scale per token
 // row, and as e4m3 with one scale per token and 128-wide K block, against the
-// exact product (double); for NVFP4 also the weights' rounded fold into e4m3.
+// exact product (double); for NVFP4 also the weights' rounded fold into e4m3
+// (the kernels' table, fp8_folded_weight) and the exact hi + lo split.
 // The weights are MXFP4 or NVFP4 quantized from Gaussian rows; the FP8 tensor
 // cores' own accumulation is not modelled (docs/fp8.md).
 //   bench_fp8_accuracy [--tokens 32] [--rows 256] [--seed 1]
@@ -15,6 +16,7 @@
 
 #include "format/fp8_fold.hpp"
 #include "format/fp8_rows.hpp"
+#include "format/prepare_fp8.hpp"
 #include "fp4moe/error.hpp"
 #include "fp4moe/format.hpp"
 
@@ -124,13 +126,18 @@ int main(int argc, char** argv) {
         fold = f.exact() ? fmt::format("exact (span {})", f.max_row_span)
                          : fmt::format("{} blocks out of range", f.below_range_blocks);
       } else {
-        const Nvfp4Fold f = fold_nvfp4_to_e4m3_rounded(w);
+        // the kernel's rounded fold (fp8::rounded_fold_table), as the CPU reference applies it
         std::vector<float> wr(wd.size());
+        int64_t rounded = 0;
+        const int64_t kbs = w.scale_cols();
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < gm.k; ++c)
-            wr[size_t(r * gm.k + c)] =
-                std::ldexp(e4m3_decode(f.bytes[size_t(r * gm.k + c)]), f.row_exponent[size_t(r)]) * w.weight_scale_2;
-        fold = fmt::format("rounded: {:.1f}% of codes", 100.0 * double(f.rounded) / double(rows * gm.k));
+          for (int64_t c = 0; c < gm.k; ++c) {
+            const float block_scale = e4m3_decode(w.scales[size_t(r * kbs + c / w.block_size())]);
+            const float folded = float(fp8_folded_weight(w.code(r, c), block_scale));
+            rounded += folded != e2m1_decode(w.code(r, c)) * block_scale;
+            wr[size_t(r * gm.k + c)] = folded * w.weight_scale_2;
+          }
+        fold = fmt::format("rounded: {:.1f}% of codes", 100.0 * double(rounded) / double(rows * gm.k));
         nv_bf16 = fmt::format("{:.2e}", rel_error(product(xb, wr, tokens, rows, gm.k), exact));
         nv_fp8 = fmt::format("{:.2e}", rel_error(product(x_blk, wr, tokens, rows, gm.k), exact));
         const Nvfp4Split sp = split_nvfp4_to_e4m3(w);
