@@ -23,6 +23,7 @@
 
 #include <fmt/core.h>
 
+#include "format/prepared_layout.hpp"
 #include "routed_batch.hpp"
 #include "step_launches.hpp"
 #include "runtime/random_fill.hpp"
@@ -216,7 +217,7 @@ int main(int argc, char** argv) {
       if (!only_gemm.empty() && only_gemm != g.name) continue;
       // FP4 weights in the prepared layout, random: every code and scale byte is
       // a valid value, so random bytes in the prepared layout are random weights.
-      DeviceBuffer<uint8_t> w(size_t(E * g.n * g.k / 2)), s(size_t(E * g.n * g.k / 16));
+      DeviceBuffer<uint8_t> w(size_t(E * g.n * g.k / 2)), s(size_t(E * pack::scale_bytes(g.n, g.k)));
       fill_random_bytes(w.get(), int64_t(w.size()), 11, 0, 255, stream);
       fill_random_bytes(s.get(), int64_t(s.size()), 12, 0x40, 0x60, stream);  // prepared UE5M3 scales in [2^-1, 2^3]
       std::vector<float> gs(size_t(E), 1.0f / 512);

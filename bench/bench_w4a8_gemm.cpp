@@ -53,7 +53,7 @@ struct PathWeights {
   DeviceBuffer<float> scale;  // bf16: dequant_scale [E]; e4m3: row_scale [E][N]
   ProjectionView view;
   PathWeights(Act act, int64_t E, const GemmShape& g, cudaStream_t stream)
-      : w(size_t(E * g.n * g.k / 2)), s(size_t(E * g.n * g.k / 16)), scale(size_t(act == Act::e4m3 ? E * g.n : E)) {
+      : w(size_t(E * g.n * g.k / 2)), s(size_t(E * pack::scale_bytes(g.n, g.k))), scale(size_t(act == Act::e4m3 ? E * g.n : E)) {
     fill_random_bytes(w.get(), int64_t(w.size()), 11, 0, 255, stream);
     if (act == Act::e4m3) fill_random_bytes(s.get(), int64_t(s.size()), 12, 0, 11, stream);  // fold codes u
     else fill_random_bytes(s.get(), int64_t(s.size()), 12, 0x98, 0xB8, stream);             // MXFP4 scales near 1
@@ -129,7 +129,8 @@ int main(int argc, char** argv) {
     for (const std::string& model : models) {
       const MoeConfig cfg = preset(model);
       const int64_t E = cfg.num_experts;
-      const int64_t H = padded_features(cfg.hidden), I = padded_features(cfg.intermediate);
+      // as the sm_90 layer runs them (granule 64: gpt-oss at its own 2880)
+      const int64_t H = padded_features(cfg.hidden, kPreparedKGranule), I = padded_features(cfg.intermediate, kPreparedKGranule);
       const bool biased = cfg.expert_bias;
       const GemmShape shapes[] = {{"gemm1", 2 * I, H, true}, {"gemm2", H, I, false}};
       const int64_t max_t = *std::max_element(tokens.begin(), tokens.end());

@@ -224,6 +224,9 @@ void run_bench(const BenchOptions& o) {
   const auto devs = list_devices(&why);
   FP4MOE_CHECK(o.dispatch == "allgather" || o.ep, "--dispatch " << o.dispatch << " needs --ep");
   FP4MOE_CHECK(o.capacity < 0 || o.dispatch == "alltoall", "--capacity needs --dispatch alltoall");
+  FP4MOE_CHECK(o.finalize == "auto" || (!o.ep && !o.tp),
+               "--finalize " << o.finalize << " with --" << (o.ep ? "ep" : "tp")
+                             << ": each rank's finalize is split (its fp32 sums are what the ranks reduce)");
   if (devs.empty()) {
     FP4MOE_CHECK(!o.ep && !o.tp, "--" << (o.ep ? "ep" : "tp") << " needs GPUs; " << why);
     return bench_without_gpu(o, why);
@@ -253,7 +256,15 @@ void run_bench(const BenchOptions& o) {
     r.warmup_forwards = o.warmup_forwards;
     r.check = true;
     r.json_out = (fs::path(o.out) / "parallel.json").string();
-    return run_parallel({cfg, random_moe_weights(cfg, Fp4Format::nvfp4, 2), "random nvfp4, seed 2", {}}, r, devs);
+    r.layer.feature_granule = o.feature_granule;
+    r.layer.activations = parse_activation_format(o.activations);
+    r.layer.fp8_rounds_nvfp4 = o.fp8_rounds_nvfp4;
+    r.layer.split_k = !o.no_split_k;
+    r.layer.deterministic = o.deterministic;
+    r.layer.tune_cache = o.cache;
+    const Fp4Format format = bench_format(o, cfg);
+    return run_parallel({cfg, random_moe_weights(cfg, format, 2), fmt::format("random {}, seed 2", to_string(format)), {}},
+                        r, devs);
   }
   fmt::print("fp4moe bench on {} (sm_{}): {}\n", devs[0].name, devs[0].cc, cfg.name);
   const Fp4Format format = bench_format(o, cfg);
@@ -325,12 +336,13 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--fp8-rounds-nvfp4", o.fp8_rounds_nvfp4, "fp8 activations with NVFP4 weights: accept each weight rounded to e4m3 (docs/fp8.md, NVFP4)");
   cmd->add_option("--format", o.format,
                   "The random experts' FP4 format: auto (the model's checkpoint: MXFP4 for gpt-oss, else NVFP4), "
-                  "nvfp4 or mxfp4 (fp8 activations take mxfp4)")
+                  "nvfp4 or mxfp4 (fp8 activations with nvfp4 need --fp8-rounds-nvfp4)")
       ->check(CLI::IsMember({"auto", "nvfp4", "mxfp4"}))
       ->capture_default_str();
   cmd->add_option("--feature-granule", o.feature_granule,
-                  "Pad H and I that are not multiples of it (gpt-oss's 2880): 256 (0, the default) or 128")
-      ->check(CLI::IsMember(std::vector<int64_t>{0, 128, 256}));
+                  "Pad H and I that are not multiples of it (gpt-oss's 2880): 0, the default, runs them as the "
+                  "model has them on sm_90 (a multiple of 64) and pads to 256 elsewhere; or 64 (sm_90), 128, 256")
+      ->check(CLI::IsMember(std::vector<int64_t>{0, 64, 128, 256}));
   cmd->add_option("--finalize", o.finalize, "auto, fused (GEMM2 adds into fp32 by atomics) or split")
       ->check(CLI::IsMember({"auto", "fused", "split"}))
       ->capture_default_str();

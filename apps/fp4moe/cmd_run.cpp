@@ -222,6 +222,9 @@ void run_gpu(const RunOptions& o, const RunLayer& source, double ms_weights, con
 
 // Replay: the layer at its real size (the input's H must match it), on the GPU or the CPU reference.
 void run_replay(const RunOptions& o, const std::vector<DeviceInfo>& devs, const std::string& why) {
+  FP4MOE_CHECK(o.activations == "bf16", "--activations " << o.activations
+                                                         << " with --input: a replay runs the layer with bf16 activations, "
+                                                            "as the captured module does");
   RunLayer layer = choose_layer(o);
   if (o.checkpoint.empty()) {
     // Random weights have no router: one is drawn (bf16, std 1/sqrt(H), so
@@ -261,6 +264,8 @@ void run(const RunOptions& o) {
     r.seed = o.seed;
     r.reps = o.reps;
     r.check = o.check;
+    r.layer.activations = parse_activation_format(o.activations);
+    r.layer.fp8_rounds_nvfp4 = o.fp8_rounds_nvfp4;
     return run_parallel(choose_layer(o), r, devs);
   }
   if (devs.empty()) return run_cpu(o, why);

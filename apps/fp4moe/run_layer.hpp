@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fp4moe/device.hpp"
+#include "fp4moe/layer.hpp"
 #include "fp4moe/model.hpp"
 #include "fp4moe/reference.hpp"
 
@@ -45,6 +46,9 @@ struct ParallelRequest {
   int warmup_forwards = 0;              // back-to-back forwards before each token count's timings
   bool check = false;
   std::string json_out;                 // the results as JSON, or empty
+  // Each rank's layer options (activations, granule, split-K, tune cache):
+  // max_tokens, device and finalize are the run's own.
+  LayerOptions layer;
 };
 void run_parallel(const RunLayer& layer, const ParallelRequest& r, const std::vector<DeviceInfo>& devs);
 

@@ -59,7 +59,7 @@ void run_rank(const RunLayer& layer, const ParallelRequest& r, ParallelMode mode
               std::barrier<>& sync, std::vector<Point>& points) {
   const MoeConfig& cfg = layer.cfg;
   const int64_t H = cfg.hidden, Tmax = *std::max_element(r.tokens.begin(), r.tokens.end());
-  LayerOptions lo;
+  LayerOptions lo = r.layer;
   lo.max_tokens = Tmax;
   lo.device = rank;
   lo.finalize = FinalizeMode::split;
@@ -150,6 +150,11 @@ void run_parallel(const RunLayer& layer, const ParallelRequest& r, const std::ve
              r.check ? " output vs single GPU |" : "", r.check ? "---|" : "");
   nlohmann::json rows = nlohmann::json::array();
   bool ok = true;
+  // bf16: the ranks sum the same products in another order. fp8: a tensor-parallel
+  // rank scales its slice of each GEMM2 input row on its own slice's largest value,
+  // so its e4m3 rounding differs from the single GPU's (each quantization costs
+  // about 2.5e-2, docs/fp8.md).
+  const double tolerance = r.layer.activations == ActivationFormat::fp8 ? 5e-2 : 1e-3;
   for (size_t i = 0; i < r.tokens.size(); ++i) {
     int worst = 0;
     for (int rank = 1; rank < r.ranks; ++rank)
@@ -162,7 +167,7 @@ void run_parallel(const RunLayer& layer, const ParallelRequest& r, const std::ve
     const std::string check = !r.check ? "" : bitwise ? " bitwise |" : fmt::format(" {:.2e} |", err);
     fmt::print("| {} | {:.4f} | {:.4f} | {:.0f}% | {:.4f} | {:.3f}x |{}\n", r.tokens[i], p.forward_ms, p.comm_ms,
                100 * p.comm_ms / p.forward_ms, p.single_ms, p.forward_ms / p.single_ms, check);
-    if (r.check) ok &= err < 1e-3;
+    if (r.check) ok &= err < tolerance;
     nlohmann::json per_rank = nlohmann::json::array();
     for (int rank = 0; rank < r.ranks; ++rank) {
       const Point& q = points[size_t(rank)][i];
@@ -179,7 +184,8 @@ void run_parallel(const RunLayer& layer, const ParallelRequest& r, const std::ve
     io::write_file_atomically(r.json_out, report.dump(1) + "\n");
     fmt::print("\nwrote {}\n", r.json_out);
   }
-  FP4MOE_CHECK(ok, "--" << r.mode << " " << r.ranks << ": a rank's output differs from the single-GPU layer by 1e-3 or more");
+  FP4MOE_CHECK(ok, "--" << r.mode << " " << r.ranks << ": a rank's output differs from the single-GPU layer by "
+                         << tolerance << " or more");
 }
 
 }  // namespace fp4moe::cli

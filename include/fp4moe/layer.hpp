@@ -51,11 +51,11 @@ struct LayerOptions {
   // The layer then holds a 16 MiB split-K workspace (sm_90).
   bool split_k = true;
   // H and I that are not multiples of 128 (gpt-oss's 2880): 0 (the default)
-  // runs them as the model has them where a multiple of 64 on sm_90 (the
-  // warp-specialized tiles, bf16 and fp8, take a partial last K stage and N
-  // tile), else pads them with zero weights to a multiple of 256, which every
-  // tile divides. 64, 128 or 256 choose: 128 pads less (2944) and leaves the
-  // tiles of 128 rows and 128 k.
+  // on sm_90 runs them as the model has them, padded with zero weights only
+  // to the next multiple of 64 (the warp-specialized tiles, bf16 and fp8,
+  // take a partial last K stage and N tile); elsewhere pads to a multiple of
+  // 256, which every tile divides. 64 (sm_90 only), 128 or 256 choose: 128
+  // pads 2880 to 2944 and leaves the tiles of 128 rows and 128 k.
   int64_t feature_granule = 0;
   // Host weights holding a range of the model's experts (expert parallelism):
   // weights.experts are the model's [expert_begin, expert_begin + expert_count);
@@ -63,7 +63,8 @@ struct LayerOptions {
   int64_t expert_begin = 0, expert_count = -1;
   // The routed experts' activations: bf16, or fp8 (W4A8: each GEMM's input
   // rows quantized to e4m3 with a per-row scale, the FP4 weights folded into
-  // e4m3, FP8 tensor cores; sm_90, MXFP4 weights; docs/fp8.md). The shared
+  // e4m3, FP8 tensor cores; sm_90; MXFP4 weights, or NVFP4 with
+  // fp8_rounds_nvfp4 below; docs/fp8.md). The shared
   // expert stays bf16.
   ActivationFormat activations = ActivationFormat::bf16;
   // fp8 activations with NVFP4 weights: their block scales carry a mantissa,

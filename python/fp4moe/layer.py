@@ -129,7 +129,8 @@ class MoeLayer:
         w13's row order and ``w2_bias`` [E, H], fp32 or bf16: the models with expert
         biases (gpt-oss) need them; ``router_bias`` fp32 [E] goes with ``router_weight``
         (gpt-oss's router). H and I need not be multiples of 128 (gpt-oss's
-        2880): the prepare pads with zero weights, as from host weights.
+        2880): on sm_90 the layer runs them as they are (to the next multiple of
+        64); elsewhere the prepare pads with zero weights, as from host weights.
 
         ``local_experts=(offset, count)``: the tensors hold only those experts of the
         model's E (expert parallelism inside an engine that dispatches itself); ids

@@ -62,7 +62,9 @@ def moe_forward(config: Any, w13: np.ndarray, w13_scale: np.ndarray, w13_scale_2
     """The CPU reference MoE layer, fp32 [T, H], on the tensors MoeLayer.from_tensors
     takes (w13 [gate; up], linear scales), as numpy arrays. hidden_states fp32 [T, H].
     ``activations="fp8"``: each routed GEMM's input rows rounded to e4m3 with one
-    scale per row, as the layer built with that option computes (docs/fp8.md)."""
+    scale per row, and NVFP4 weights each rounded to e4m3 through the kernels'
+    table, as the layer built with that option (and ``fp8_rounds_nvfp4``)
+    computes (docs/fp8.md)."""
     fmt = format or ("mxfp4" if w13_scale_2 is None else "nvfp4")
     x = np.ascontiguousarray(hidden_states, dtype=np.float32)
     out = np.empty(x.shape, dtype=np.float32)

@@ -8,8 +8,9 @@ becomes an fp4moe layer whose FP4 weights come from a ModelOpt NVFP4 checkpoint
 (``load_modelopt``: transformers cannot load those itself), or from quantizing
 the module's own weights (``use_fp4moe``: ModelOpt's NVFP4 arithmetic; the
 module's weights are then replaced by their dequantized values, so both compute
-the same function; NVFP4 by default, MXFP4 with ``format="mxfp4"``, which FP8
-activations, ``activations="fp8"``, need). gpt-oss's experts come from its own MXFP4 checkpoint
+the same function; NVFP4 by default, MXFP4 with ``format="mxfp4"``; FP8
+activations, ``activations="fp8"``, take MXFP4 exactly and NVFP4 only with
+``fp8_rounds_nvfp4=True``, each weight rounded to e4m3). gpt-oss's experts come from its own MXFP4 checkpoint
 (``load_gpt_oss``), their biases and clamped SwiGLU computed in fp4moe's GEMM
 epilogues.
 """

@@ -3,7 +3,7 @@
 //
 // Layout of one projection of E experts, W_e [N, K]:
 //   weights [E][N/16][K/64][32 lanes][16 bytes]   (one 16-byte load per lane)
-//   scales  [E][N/16][K/128][8 quads][8 steps][2] (one 16-byte load per lane quad)
+//   scales  [E][N/16][ceil(K/128)][8 quads][8 steps][2] (one 16-byte load per lane quad)
 // Lane l of a warp owning rows r0..r0+15 holds, for k16 step t of a k64 granule,
 // one 32-bit word with the 8 codes of its mma.m16n8k16 A fragment:
 //   reg 0: (r0+l/4,   k0+c, k0+c+1)    reg 1: (r0+l/4+8, k0+c, k0+c+1)

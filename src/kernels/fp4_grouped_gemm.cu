@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "format/gemm_pack.hpp"
+#include "format/prepared_layout.hpp"
 #include "kernels/fp4_grouped_gemm.hpp"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/grouped_gemm_common.cuh"
@@ -71,8 +72,9 @@ __global__ void __launch_bounds__(plan::kGemmTiles[TileIndex].threads(), plan::k
   const int my_items = (total_items - 1 - blockIdx.x) / gridDim.x + 1;
   const int total_steps = my_items * KT;  // the CTA's (item, k-stage) sequence
   AllWarpsLoader<TileIndex> loader{p, smem, reinterpret_cast<int32_t*>(smem + L.row_index_offset(stages)), tile_prefix, E,
-                                   total_chunks, n_tiles, my_items, KT, stages, tid, p.n * p.k / 2, p.n * p.k / 16,
-                                   (p.k / 64) * pack::kWeightGranuleBytes, (p.k / 128) * pack::kScaleGranuleBytes};
+                                   total_chunks, n_tiles, my_items, KT, stages, tid, p.n * p.k / 2, pack::scale_bytes(p.n, p.k),
+                                   (p.k / 64) * pack::kWeightGranuleBytes,
+                                   pack::scale_granules(p.k) * pack::kScaleGranuleBytes};
   loader.load_item = loader.work_item(0);
   typename Mainloop::Acc acc;
   Mainloop::clear(acc);

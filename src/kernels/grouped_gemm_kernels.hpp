@@ -23,11 +23,13 @@ detail::KernelFn all_warps_kernel(int tile, detail::EpilogueInstance e);
 // past the end read as zeros.
 CUtensorMap activation_tensor_map(const void* x, int64_t rows, int64_t k, int nt, plan::ActivationType type);
 
-// Prepared weights [E][N/16][K/64][512 bytes] as bytes {256, K/32, E N/16}: one
-// box {256, bk/32, bm/16} is a stage's [bm/16 row groups][bk/64 granules][512].
+// Prepared weights [E][N/16][K/64][512 bytes] as bytes {256, K/32, N/16, E}: one
+// box {256, bk/32, bm/16, 1} is a stage's [bm/16 row groups][bk/64 granules][512]
+// (plan::weight_tma_geometry; zeros past K and past the expert's N).
 CUtensorMap weight_tensor_map(const uint8_t* weights, int64_t num_experts, int64_t n, int64_t k, const plan::GemmTile& t);
-// Prepared scales [E][N/16][K/128][128 bytes] as bytes {K, E N/16}: one box
-// {bk, bm/16} is a stage's [bm/16 row groups][bk/128 granules][128].
+// Prepared scales [E][N/16][ceil(K/128)][128 bytes] as bytes {ceil(K/128) 128,
+// N/16, E}: one box {bk, bm/16, 1} is a stage's [bm/16 row groups][bk/128
+// granules][128] (plan::scale_tma_geometry).
 CUtensorMap scale_tensor_map(const uint8_t* scales, int64_t num_experts, int64_t n, int64_t k, const plan::GemmTile& t);
 
 // A map's global address replaced, its shape and box kept (cuTensorMapReplaceAddress).

@@ -213,7 +213,7 @@ namespace {
 
 // e4m3 activations: by rows per expert, the tile measured fastest there
 // (bench_w4a8_gemm on the H200, docs/fp8.md), falling back to the next that
-// fits (K a multiple of 256); the tuner measures the rest.
+// fits; the tuner measures the rest.
 int rank_fp8_tiles(int64_t n, int64_t k, const SmemBudget& capacity, double tokens_per_expert) {
   struct Preferred {
     const char* tile;

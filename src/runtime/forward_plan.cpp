@@ -24,7 +24,7 @@ void enqueue_planned_gemm(const GemmStepPlan& step, const __nv_bfloat16* hidden,
 int ForwardPlan::launches(bool layer_routes) const {
   int n = layer_routes && !route_permute_fused ? 2 : 1;  // routing, permutation
   for (const GemmStepPlan& g : gemms()) n += 1 + (g.launch.copies_rows || g.launch.quantizes_rows ? 1 : 0);
-  return n + (accumulate_bytes ? 1 : 0) + 1;  // the fused finalize's zeroing; the finalize, or the fused down launch
+  return n + (accumulate_bytes ? 1 : 0) + 1;  // the fused finalize's zeroing; the finalize
 }
 
 std::string ForwardPlan::describe() const {

@@ -139,9 +139,9 @@ class LayerCore {
   std::string cache_notice_;
   std::unique_ptr<ExpertPair> routed_, shared_;
   // H and I as the GEMMs see them (padded_features): where not multiples of the
-  // K granule, padded to LayerOptions::feature_granule (gpt-oss's 2880 runs as
-  // 3072), the pad being zero weights, zero biases and zero activations, so
-  // that it adds nothing to the output.
+  // layer's granule (granule_of: 64 on sm_90, so gpt-oss's 2880 runs as 2880;
+  // 256 elsewhere, 3072), padded to it, the pad being zero weights, zero
+  // biases and zero activations, so that it adds nothing to the output.
   int64_t hidden_padded_ = 0, intermediate_padded_ = 0;
   int64_t expert_begin_ = 0;  // the model's experts held: [expert_begin, expert_begin + routed experts)
   int64_t routed_experts_ = 0;  // routed experts held (routed_ holds one more: the shared expert, when shared_in_routed_)
