@@ -70,13 +70,9 @@ void launch_route(const RouteArgs& a, cudaStream_t stream) {
   const size_t smem = size_t(kWarpsPerBlock) * (2 * a.experts) * sizeof(float);
   const int64_t blocks = (a.tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const unsigned grid = static_cast<unsigned>(blocks);
-  const int per_lane = route_experts_per_lane(a.experts);
-  if (per_lane <= 1) launch_dependent(route_kernel<1>, grid, kWarpsPerBlock * 32, smem, stream, a);
-  else if (per_lane <= 2) launch_dependent(route_kernel<2>, grid, kWarpsPerBlock * 32, smem, stream, a);
-  else if (per_lane <= 4) launch_dependent(route_kernel<4>, grid, kWarpsPerBlock * 32, smem, stream, a);
-  else if (per_lane <= 8) launch_dependent(route_kernel<8>, grid, kWarpsPerBlock * 32, smem, stream, a);
-  else if (per_lane <= 16) launch_dependent(route_kernel<16>, grid, kWarpsPerBlock * 32, smem, stream, a);
-  else launch_dependent(route_kernel<32>, grid, kWarpsPerBlock * 32, smem, stream, a);
+  with_experts_per_lane<1, kRouteMaxExperts / 32>(route_experts_per_lane(a.experts), [&](auto per_lane) {
+    launch_dependent(route_kernel<decltype(per_lane)::value>, grid, kWarpsPerBlock * 32, smem, stream, a);
+  });
   FP4MOE_CHECK_LAUNCH("route_kernel");
 }
 

@@ -66,12 +66,9 @@ void launch_route_permute(const RouteArgs& r, const PermuteArgs& args, cudaStrea
                                  << " held): one CTA takes 1.." << kRoutePermuteMaxTokens << " tokens and at most "
                                  << kRoutePermuteMaxExperts << " experts");
   const size_t smem = route_permute_smem(r, p);
-  const int per_lane = route_experts_per_lane(r.experts);
-  if (per_lane <= 1) launch_dependent(route_permute_kernel<1>, 1, kThreads, smem, stream, r, p);
-  else if (per_lane <= 2) launch_dependent(route_permute_kernel<2>, 1, kThreads, smem, stream, r, p);
-  else if (per_lane <= 4) launch_dependent(route_permute_kernel<4>, 1, kThreads, smem, stream, r, p);
-  else if (per_lane <= 8) launch_dependent(route_permute_kernel<8>, 1, kThreads, smem, stream, r, p);
-  else launch_dependent(route_permute_kernel<16>, 1, kThreads, smem, stream, r, p);
+  with_experts_per_lane<1, kRoutePermuteMaxExperts / 32>(route_experts_per_lane(r.experts), [&](auto per_lane) {
+    launch_dependent(route_permute_kernel<decltype(per_lane)::value>, 1, kThreads, smem, stream, r, p);
+  });
   FP4MOE_CHECK_LAUNCH("route_permute_kernel");
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 #include <cfloat>
 #include <climits>
+#include <type_traits>
 
 #include "kernels/routing_kernels.hpp"
 #include "reference/router_math.hpp"
@@ -15,6 +16,16 @@
 namespace fp4moe::kernels::detail {
 
 namespace rm = router_math;
+
+// f(std::integral_constant<int, P>) for the kernel instance of P experts per
+// lane that `per_lane` (route_experts_per_lane) rounds to, P = N, 2N, ... kMax.
+template <int N, int kMax, class F>
+void with_experts_per_lane(int per_lane, F&& f) {
+  if constexpr (N < kMax) {
+    if (per_lane > N) return with_experts_per_lane<2 * N, kMax>(per_lane, f);
+  }
+  f(std::integral_constant<int, N>{});
+}
 struct Candidate {
   float v;
   int i;

@@ -127,6 +127,8 @@ class LayerCore {
   bool shared_joins_routed(bool same_format, int64_t routed_count) const;
   void init_activations();
   void permute(const ForwardPlan& plan, const int32_t* ids, cudaStream_t stream);
+  // Routing and permutation as one launch (plan.route_permute_fused), into the layer's buffers.
+  void route_permute(const ForwardPlan& plan, const float* logits, cudaStream_t stream);
   void finalize(const ForwardPlan& plan, const float* weights, bool with_shared, __nv_bfloat16* out, float* sums,
                 cudaStream_t stream);
 

@@ -36,6 +36,14 @@ void LayerCore::permute(const ForwardPlan& plan, const int32_t* ids, cudaStream_
   kernels::launch_permute(p, stream);
 }
 
+void LayerCore::route_permute(const ForwardPlan& plan, const float* logits, cudaStream_t stream) {
+  kernels::RouteArgs r = plan.route;
+  r.logits = logits;
+  kernels::PermuteArgs p = plan.permute;
+  p.topk_ids = r.topk_ids;
+  kernels::launch_route_permute(r, p, stream);
+}
+
 void LayerCore::finalize(const ForwardPlan& plan, const float* weights, bool with_shared, __nv_bfloat16* out,
                          float* sums, cudaStream_t stream) {
   kernels::FinalizeArgs f = plan.finalize;
@@ -56,11 +64,7 @@ void LayerCore::forward(const ForwardPlan& plan, const ForwardArgs& in, cudaStre
   const int32_t* ids = routed ? in.topk_ids : topk_ids_.get();
   const float* weights = routed ? in.topk_weights : topk_weights_.get();
   if (!routed && plan.route_permute_fused) {
-    kernels::RouteArgs r = plan.route;
-    r.logits = in.router_logits;
-    kernels::PermuteArgs p = plan.permute;
-    p.topk_ids = r.topk_ids;
-    kernels::launch_route_permute(r, p, stream);
+    route_permute(plan, in.router_logits, stream);
     mark("route");  // (the one launch: "permute" below takes nothing)
   } else {
     if (!routed) route(plan, in.router_logits, nullptr, nullptr, stream);
