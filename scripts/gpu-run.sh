@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|w4a8|layer|gpt-oss|host|parallel|modelopt|sanitize|soak|all]
+#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|w4a8|layer-ab|layer|gpt-oss|host|parallel|modelopt|sanitize|soak|all]
 #   (tests: the GPU tests (GTEST_FILTER to choose; killed after TESTS_TIMEOUT s, default 480) and the soak's short forms;
 #    bench: GEMM tiles at decode and prefill sizes, the K loop's wgmma rate and W4A8 against W4A16; decode,
 #    prefill: those sizes only; w4a8: the GEMM steps and the whole layer with e4m3 activations against bf16,
 #    interleaved (bench_w4a8_gemm, bench_w4a8_layer; W4A8_TOKENS to choose T, W4A8_MODELS the presets,
 #    W4A8_FORMAT=nvfp4 the layer's experts in NVFP4 with the rounded fold);
+#    layer-ab: bench_layer_ab, the whole layer with one option (AB_CHANGE, default balanced-split) against
+#    the defaults, interleaved (AB_WITH options on both sides, AB_TOKENS, AB_MODELS; not part of all);
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
 #    gpt-oss: fp4moe tune, then fp4moe bench, --model GPT_OSS_MODEL (default gpt-oss-120b; GPT_OSS_CACHE: an
 #    earlier tune cache; GPT_OSS_UNTUNED=1: none; GPT_OSS_TUNE_TOKENS the tuned counts, up to 8192 by default;
@@ -36,8 +38,8 @@ OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
 WHAT=${1:-all}
 case "$WHAT" in
-  tests|python|bench|decode|prefill|rate|w4a8|layer|gpt-oss|host|parallel|modelopt|sanitize|soak|all) ;;
-  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, w4a8, layer, gpt-oss, host, parallel, modelopt, sanitize, soak, all" >&2; exit 2 ;;
+  tests|python|bench|decode|prefill|rate|w4a8|layer-ab|layer|gpt-oss|host|parallel|modelopt|sanitize|soak|all) ;;
+  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, w4a8, layer-ab, layer, gpt-oss, host, parallel, modelopt, sanitize, soak, all" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 # cuBLAS and NCCL from PyTorch's wheels where the system has none on the loader's path
@@ -151,6 +153,13 @@ if [ "$WHAT" = w4a8 ] || [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     --out "$OUT/bench_w4a8_layer.json" 2>&1 |
     tee "$OUT/bench_w4a8_layer.log"
   summary+=("bench_w4a8_layer: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s")
+fi
+if [ "$WHAT" = layer-ab ]; then
+  start=$(date +%s)
+  "$BIN/bench_layer_ab" --change "${AB_CHANGE:-balanced-split}" ${AB_WITH:+--with $AB_WITH} \
+    ${AB_TOKENS:+--tokens $AB_TOKENS} ${AB_MODELS:+--models $AB_MODELS} ${AB_ROUNDS:+--rounds $AB_ROUNDS} \
+    --out "$OUT/bench_layer_ab${AB_WITH:+_with_$AB_WITH}.json" 2>&1 | tee "$OUT/bench_layer_ab${AB_WITH:+_with_$AB_WITH}.log"
+  summary+=("bench_layer_ab ${AB_CHANGE:-balanced-split}${AB_WITH:+ with $AB_WITH}: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s")
 fi
 if [ "$WHAT" = rate ] || [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   # the decode K loop's math alone (wgmma and dequantization, no loads) by token width

@@ -69,6 +69,7 @@ struct BenchOptions {
   std::string format = "auto";  // the model's checkpoint format, or nvfp4 / mxfp4
   bool no_split_k = false;
   bool shared_expert_in_routed = false;
+  bool balanced_split = false;
   bool no_peers = false;
   std::string peers = peer_engines_joined(",");
   std::string peers_dir;  // where scripts/fetch-peers.sh left the peer engines (bench/peers.py's default)
@@ -260,6 +261,7 @@ void run_bench(const BenchOptions& o) {
     r.layer.activations = parse_activation_format(o.activations);
     r.layer.fp8_rounds_nvfp4 = o.fp8_rounds_nvfp4;
     r.layer.split_k = !o.no_split_k;
+    r.layer.balanced_split = o.balanced_split;
     r.layer.deterministic = o.deterministic;
     r.layer.tune_cache = o.cache;
     const Fp4Format format = bench_format(o, cfg);
@@ -282,6 +284,7 @@ void run_bench(const BenchOptions& o) {
                                                                                           : FinalizeMode::automatic;
   bo.layer.split_k = !o.no_split_k;
   bo.layer.shared_expert_in_routed_gemms = o.shared_expert_in_routed;
+  bo.layer.balanced_split = o.balanced_split;
   bo.layer.tune_cache = o.cache;
   const std::string script = o.no_peers ? "" : find_peers_script(o.peers_script);
   // The run's inputs for the peers: weights of a full-size model are gigabytes,
@@ -347,6 +350,9 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "fused", "split"}))
       ->capture_default_str();
   cmd->add_flag("--no-split-k", o.no_split_k, "Never split a GEMM's K loop across CTAs");
+  cmd->add_flag("--balanced-split", o.balanced_split,
+                "Let the planner balance the K stages of GEMMs whose items leave CTAs idle over every CTA "
+                "(LayerOptions::balanced_split)");
   cmd->add_flag("--shared-expert-in-routed", o.shared_expert_in_routed,
                 "Run the shared expert as one more routed expert where it can (LayerOptions::shared_expert_in_routed_gemms)");
   cmd->add_flag("--no-peers", o.no_peers, "Skip the peer engines of bench/peers.py");

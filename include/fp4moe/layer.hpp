@@ -50,6 +50,12 @@ struct LayerOptions {
   // expert at a few tokens) across CTAs; the parts are summed in a fixed order.
   // The layer then holds a 16 MiB split-K workspace (sm_90).
   bool split_k = true;
+  // With split_k: the planner may also give a GEMM whose items leave CTAs idle
+  // in their last round the balanced split, every CTA the same share of all
+  // items' K stages (plan/split_k.hpp; tiles of up to 32 accumulators per
+  // thread). Off by default until measured against the unsplit launches
+  // (docs/kernels.md, "The balanced split").
+  bool balanced_split = false;
   // H and I that are not multiples of 128 (gpt-oss's 2880): 0 (the default)
   // on sm_90 runs them as the model has them, padded with zero weights only
   // to the next multiple of 64 (the warp-specialized tiles, bf16 and fp8,

@@ -40,7 +40,7 @@ template <class O, class F>
 void option_fields(O& o, F&& f) {
   f("max_tokens", o.max_tokens), f("tune_cache", o.tune_cache), f("use_tune_cache", o.use_tune_cache);
   f("deterministic", o.deterministic), f("finalize", o.finalize), f("device", o.device), f("split_k", o.split_k);
-  f("activations", o.activations), f("shared_expert_in_routed_gemms", o.shared_expert_in_routed_gemms);
+  f("balanced_split", o.balanced_split), f("activations", o.activations), f("shared_expert_in_routed_gemms", o.shared_expert_in_routed_gemms);
   f("fp8_rounds_nvfp4", o.fp8_rounds_nvfp4), f("max_plans", o.max_plans);
 }
 

@@ -106,7 +106,9 @@ struct GemmLaunch {
   int stages = 0;   // from the planner
   int grid = 0;     // persistent CTAs; 0 = fill the device
   GemmProbe probe = GemmProbe::none;
-  int k_splits = 0; // split-K: 0 = the planner's choice (plan_k_splits), 1 = none, n = n parts (needs the workspace)
+  int k_splits = 0; // split-K: 0 = the planner's choice (plan_k_splits), 1 = none, n = n parts (needs the workspace),
+                    // plan::kBalancedKSplit = the balanced split (tiles that balance: GemmTile::balances_k)
+  bool balance_k = false;  // k_splits 0: the planner may choose the balanced split (plan/split_k.hpp)
 };
 
 // A tile that loads its rows in expert order by TMA (warp-specialized tiles: a

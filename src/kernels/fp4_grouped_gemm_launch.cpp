@@ -121,7 +121,10 @@ plan::SplitKPlan k_split_plan(const GroupedGemmArgs& a, const GemmLaunch& launch
   const plan::GemmTile& tile = plan::kGemmTiles[launch.tile];
   plan::SplitKPlan sp;
   sp.tile = launch.tile;
-  if (launch.k_splits > 0) {
+  if (launch.k_splits == plan::kBalancedKSplit) {
+    sp.balanced_split = true;
+    sp.why = plan::SplitKPlan::Why::given;
+  } else if (launch.k_splits > 0) {
     sp.splits = launch.k_splits;
     sp.why = plan::SplitKPlan::Why::given;
   } else if (!tile.splits_k() || !a.split_workspace) {
@@ -129,9 +132,28 @@ plan::SplitKPlan k_split_plan(const GroupedGemmArgs& a, const GemmLaunch& launch
   } else {
     sp = plan::plan_k_splits(launch.tile, a.n, a.k,
                              plan::expected_token_chunks(a.permuted_rows, a.num_experts, tile.chunk(), tile.nt), grid,
-                             a.split_workspace_bytes);
+                             a.split_workspace_bytes, launch.balance_k);
   }
   return sp;
+}
+
+// The balanced split's parameters (plan/split_k.hpp): one slot per CTA, the
+// CTAs all resident (a CTA that sums an item waits for parts of CTAs after it).
+void set_balanced_split(KernelParams& kp, const GroupedGemmArgs& a, const GemmLaunch& launch, int grid, int resident) {
+  const plan::GemmTile& tile = plan::kGemmTiles[launch.tile];
+  FP4MOE_CHECK(a.split_workspace && plan::SplitKWorkspace::slots(tile, a.split_workspace_bytes) >= grid,
+               "grouped GEMM: the balanced split of " << grid << " CTAs needs split_workspace of at least "
+                                                      << plan::SplitKWorkspace::kCounterBytes +
+                                                             grid * plan::SplitKWorkspace::slot_bytes(tile)
+                                                      << " bytes (" << a.split_workspace_bytes << " given)");
+  FP4MOE_CHECK(grid <= resident, "grouped GEMM: the balanced split needs every CTA resident: grid = "
+                                     << grid << " is more than the " << resident << " CTAs of tile "
+                                     << plan::gemm_tile_name(launch.tile) << " the device holds at once");
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(a.split_workspace) % 16 == 0, "grouped GEMM: split_workspace is not 16-byte aligned");
+  kp.balanced_split = 1;
+  kp.split_slots = plan::SplitKWorkspace::slots(tile, a.split_workspace_bytes);
+  kp.split_counters = static_cast<int32_t*>(a.split_workspace);
+  kp.split_partials = reinterpret_cast<float*>(static_cast<uint8_t*>(a.split_workspace) + plan::SplitKWorkspace::kCounterBytes);
 }
 
 // Split-K parameters of a warp-specialized launch that runs `splits` parts (plan/split_k.hpp).
@@ -213,6 +235,7 @@ KernelParams kernel_params(const GroupedGemmArgs& a, const GemmLaunch& launch, i
           .permuted_rows = a.permuted_rows,
           .offsets_ready_at_launch = 0,
           .k_splits = 1,
+          .balanced_split = 0,
           .split_slots = 0,
           .split_partials = nullptr,
           .split_counters = nullptr,
@@ -253,11 +276,16 @@ PreparedGemm prepare_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& la
                                                                      << tile.cluster_n);
   g.dependent_launch = dependent_launch_enabled(reinterpret_cast<const void*>(g.kernel));
   g.params = kernel_params(a, launch, pl.stages);
-  FP4MOE_CHECK(launch.k_splits >= 0 && launch.k_splits <= plan::kMaxKSplits,
-               "grouped GEMM: k_splits = " << launch.k_splits << " is outside 0.." << plan::kMaxKSplits);
+  FP4MOE_CHECK((launch.k_splits >= 0 && launch.k_splits <= plan::kMaxKSplits) || launch.k_splits == plan::kBalancedKSplit,
+               "grouped GEMM: k_splits = " << launch.k_splits << " is outside 0.." << plan::kMaxKSplits << " (or "
+                                           << plan::kBalancedKSplit << ", the balanced split)");
   FP4MOE_CHECK(tile.splits_k() || launch.k_splits <= 1,
                "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile) << " does not split K (k_splits = "
                                     << launch.k_splits << "); warp-specialized tiles of up to 128 accumulators per thread do");
+  FP4MOE_CHECK(launch.k_splits != plan::kBalancedKSplit || tile.balances_k(),
+               "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile)
+                                    << " has no balanced split; the warp-specialized tiles of up to 32 accumulators per "
+                                       "thread outside clusters do");
   g.k_split = k_split_plan(a, launch, g.grid);
   // Warp-specialized tiles load every operand through a tensor map (TMA).
   if (tile.warp_specialized) {
@@ -274,7 +302,10 @@ PreparedGemm prepare_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& la
     if (tile.narrows_k_loop())  // an item narrower than nt copies its rows in boxes of 8 << j
       for (int j = 0; j < detail::kRowBoxMaps && (8 << j) < tile.nt; ++j)
         g.maps.x_rows[j] = activation_tensor_map(x, a.permuted_rows, a.k, 8 << j, tile.activations);
-    set_k_splits(g.params, a, launch, g.k_split.splits);
+    if (g.k_split.balanced_split)
+      set_balanced_split(g.params, a, launch, g.grid, resident_ctas(dev, launch.tile, g.smem_bytes));
+    else
+      set_k_splits(g.params, a, launch, g.k_split.splits);
     // (only where the launch may overlap its predecessor: without dependent
     // launch nothing is gained, and isolated launches measured slower with it)
     g.params.offsets_ready_at_launch = a.offsets_ready_at_launch && g.dependent_launch;

@@ -56,9 +56,31 @@ namespace {
 using namespace detail;
 using plan::GemmSmemLayout;
 
+// An item's sum written (where this CTA holds it) by a consumer thread (of
+// warpgroup cg, its warp wg_warp) and its accumulators cleared.
+template <int TileIndex, EpilogueInstance Epi>
+__device__ __forceinline__ void finish_item(const KernelParams& p, uint8_t* smem, int stages, int cg, int wg_warp, int lane,
+                                            int tid, const WorkItem& w, bool write_tile,
+                                            float (&acc)[WsTile<TileIndex>::kMB][plan::kGemmTiles[TileIndex].nt / 2]) {
+  using Tile = WsTile<TileIndex>;
+  constexpr plan::GemmTile T = Tile::T;
+  if (write_tile && p.probe != GemmProbe::no_output) {
+    constexpr GemmSmemLayout L = Tile::L;  // (a local copy: device code cannot read the static member)
+    const WsEpilogue<TileIndex, Epi> epilogue{{}, p, reinterpret_cast<float*>(smem + L.epilogue_offset(stages)), cg,
+                                              wg_warp, lane, tid - Tile::kProducerThreads - cg * 128};
+    epilogue.write(w, acc);
+  }
+  if constexpr (!T.wgmma) {  // wgmma overwrites them at the next item's first step
+#pragma unroll
+    for (int b = 0; b < Tile::kMB; ++b)
+#pragma unroll
+      for (int i = 0; i < T.nt / 2; ++i) acc[b][i] = 0.f;
+  }
+}
+
 // A consumer warpgroup's items: the K loop, the split-K sum where the item is
-// split (the CTA whose part arrives last sums the parts and writes the tile),
-// the epilogue.
+// split (the CTA whose part arrives last sums the parts and writes the tile;
+// in the balanced split the CTA of its first stages), the epilogue.
 template <int TileIndex, EpilogueInstance Epi, bool RoundedFold>
 __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSchedule<TileIndex>& sched,
                                              const StageRing<plan::kGemmTiles[TileIndex].cluster_n>& ring, uint8_t* smem,
@@ -79,9 +101,37 @@ __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSche
   const Mainloop mainloop{{}, p, smem, ring, cursor, pending, acc, acc_odd, cg, wg_warp, lane,
                           (lane % 8) + (T.nt >= 16 ? (lane / 16) * 8 : 0), (lane / 8) % 2};
   // Tiles that re-read the item after the K loop (GemmTile::rereads_item_after_k_loop)
-  // ask the schedule again for the split count, the item count and the item;
-  // the others keep the values read before the loop.
+  // ask the schedule again for it (and the split count and item count); the
+  // others keep the values read before the loop.
   constexpr bool kReread = T.rereads_item_after_k_loop();
+  // The balanced split (WsSchedule): this CTA's segments in order; a part
+  // other than 0 hands its accumulators over and writes nothing.
+  if constexpr (T.balances_k()) {
+    if (sched.balanced()) {
+      for (int s = sched.segment_begin(); s < sched.segment_end(); ++s) {
+        // (the segment asked for again where it is used, not kept live across the K loop)
+        const WorkItem loaded = sched.work(s);
+        if (loaded.rows <= 0) continue;  // past P: the producer loaded nothing for it
+        {
+          const Segment g = sched.segment(s);
+          mainloop.k_loop_for_rows(loaded.rows, g.kt0, g.kt1);
+        }
+        mainloop.drain();
+        const Segment g = sched.segment(s);
+        float(&flat)[kMB * T.nt / 2] = reinterpret_cast<float(&)[kMB * T.nt / 2]>(acc);
+        const int ctid = tid - Tile::kProducerThreads;
+        if (g.kt0 > 0) {  // a later part: its sum is part 0's
+          hand_over_balanced_part(flat, p, s, ctid, Tile::kConsumerThreads, kAllConsumersBarrier);
+          finish_item<TileIndex, Epi>(p, smem, ring.stages, cg, wg_warp, lane, tid, loaded, false, acc);
+          continue;
+        }
+        if (g.kt1 < sched.k_stages())  // part 0 of a cut item
+          sum_balanced_parts(flat, p, s, sched.owned_parts(s), ctid, Tile::kConsumerThreads, kAllConsumersBarrier);
+        finish_item<TileIndex, Epi>(p, smem, ring.stages, cg, wg_warp, lane, tid, kReread ? sched.work(s) : loaded, true, acc);
+      }
+      return;
+    }
+  }
   const int splits_before = sched.splits(), items_before = sched.total_items();
   const auto splits = [&] { return kReread ? sched.splits() : splits_before; };
   for (int it = sched.first_item(); it < (kReread ? sched.total_items() : items_before); it += sched.item_stride()) {

@@ -34,6 +34,9 @@ struct KernelParams {
   // Split-K (warp-specialized tiles, plan/split_k.hpp): each item's K loop in
   // k_splits parts when the launch's items times k_splits fit split_slots.
   int k_splits;
+  // The balanced split (plan/split_k.hpp, kBalancedKSplit; k_splits is 1):
+  // each CTA the same share of all items' K stages, one slot per CTA.
+  int balanced_split;
   int64_t split_slots;
   float* split_partials;
   int32_t* split_counters;

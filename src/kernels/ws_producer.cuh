@@ -72,18 +72,62 @@ struct WsProducer : WsTile<TileIndex> {
   __device__ void ask_first_stages_early() const {
     const int pre = sched.early_stages();
     if (pre <= 0) return;
+    if constexpr (T.balances_k()) {
+      if (sched.balanced()) {
+        const Segment first = sched.segment(sched.segment_begin());
+        return ask_stages(sched.tile_of_item(first.item), first.kt0, pre);
+      }
+    }
     const int parts = sched.splits();
-    const WorkItem w = sched.first_item_tile(parts);
-    const int kt0 = sched.kt_begin(sched.first_item() % parts, parts);
+    ask_stages(sched.first_item_tile(parts), sched.kt_begin(sched.first_item() % parts, parts), pre);
+  }
+  // Stages [kt0, kt0 + pre) of item w's weights and scales into the first ring slots.
+  __device__ __forceinline__ void ask_stages(const WorkItem& w, int kt0, int pre) const {
     for (int s = 0; s < pre; ++s) {  // the full count: the activations follow after the wait
       async::mbarrier_arrive_expect_tx(&ring.full[s], kStageTx + kActStageBytes);
       copy_stage_weights(sched.smem + s * L.smem_bytes_per_stage(), kt0 + s, w, &ring.full[s]);
     }
   }
 
+  // Stage kt of item w into the ring slot at c (lane 0 issues the copies);
+  // `early`: its weights and scales already asked for, the slot free.
+  __device__ __forceinline__ void produce_stage(RingCursor& c, const WorkItem& w, int kt, int columns, bool early,
+                                                int lane) const {
+    const KernelParams& p = sched.p;
+    if (!early) ring.wait_empty(c);
+    uint8_t* st = sched.smem + c.slot * L.smem_bytes_per_stage();
+    if (lane == 0) {
+      const int stage_columns = early ? T.nt : columns;
+      if (!early)
+        async::mbarrier_arrive_expect_tx(
+            &ring.full[c.slot], p.probe == GemmProbe::math_only ? 0u : kStageTx + uint32_t(stage_columns) * kActRowBytes);
+      if (p.probe != GemmProbe::math_only) {
+        if (!early) copy_stage_weights(st, kt, w, &ring.full[c.slot]);
+        copy_stage_activations(st, kt, w.row0, stage_columns, &ring.full[c.slot]);
+      }
+    }
+    c.advance(ring.stages);
+  }
+
+  // The balanced split's loop: this CTA's segments in order (WsSchedule).
+  __device__ void run_balanced(int lane) const {
+    const int first = sched.segment_begin(), end = sched.segment_end(), pre = sched.early_stages();
+    RingCursor c;
+    for (int s = first; s < end; ++s) {
+      const Segment seg = sched.segment(s);
+      const WorkItem w = sched.work(seg.item);
+      if (w.rows <= 0) continue;  // the consumers skip it too
+      constexpr plan::GemmTile tile = T;
+      const int columns = tile.k_loop_columns(w.rows);
+      for (int kt = seg.kt0; kt < seg.kt1; ++kt) produce_stage(c, w, kt, columns, s == first && kt - seg.kt0 < pre, lane);
+    }
+  }
+
   // The producer warp's loop over the CTA's items and their K stages (lane 0 issues the copies).
   __device__ void run(int lane) const {
-    const KernelParams& p = sched.p;
+    if constexpr (T.balances_k()) {
+      if (sched.balanced()) return run_balanced(lane);
+    }
     const int parts = sched.splits(), items = sched.total_items(), pre = sched.early_stages();
     RingCursor c;
     for (int it = sched.first_item(); it < items; it += sched.item_stride()) {
@@ -95,23 +139,9 @@ struct WsProducer : WsTile<TileIndex> {
       constexpr plan::GemmTile tile = T;  // a local copy: device code cannot take kGemmTiles' address
       const int columns = tile.k_loop_columns(w.rows);
       const int kt_first = sched.kt_begin(it % parts, parts), kt_end = sched.kt_begin(it % parts + 1, parts);
-      for (int kt = kt_first; kt < kt_end; ++kt) {
-        // the first item's first `pre` stages: weights and scales already asked for, slot free
-        const bool early = it == sched.first_item() && kt - kt_first < pre;
-        if (!early) ring.wait_empty(c);
-        uint8_t* st = sched.smem + c.slot * L.smem_bytes_per_stage();
-        if (lane == 0) {
-          const int stage_columns = early ? T.nt : columns;
-          if (!early)
-            async::mbarrier_arrive_expect_tx(
-                &ring.full[c.slot], p.probe == GemmProbe::math_only ? 0u : kStageTx + uint32_t(stage_columns) * kActRowBytes);
-          if (p.probe != GemmProbe::math_only) {
-            if (!early) copy_stage_weights(st, kt, w, &ring.full[c.slot]);
-            copy_stage_activations(st, kt, w.row0, stage_columns, &ring.full[c.slot]);
-          }
-        }
-        c.advance(ring.stages);
-      }
+      // the first item's first `pre` stages: weights and scales already asked for, slot free
+      for (int kt = kt_first; kt < kt_end; ++kt)
+        produce_stage(c, w, kt, columns, it == sched.first_item() && kt - kt_first < pre, lane);
     }
   }
 };

@@ -257,6 +257,7 @@ json run_layer_benchmark(const MoeConfig& cfg, const MoeWeights& weights, const 
           {"finalize", layer.finalize_mode() == FinalizeMode::split ? "split" : "fused"},
           {"activations", to_string(lo.activations)},
           {"split_k", lo.split_k},
+          {"balanced_split", lo.balanced_split},
           {"ceilings", ceilings_json(ceil)},
           {"notes", peer_note},
           {"timing", {{"headline", "steady state: back-to-back CUDA-graph replays for warm_seconds, then timed"},

@@ -111,6 +111,12 @@ struct GemmTile {
   constexpr bool splits_k() const {
     return warp_specialized && cluster_n == 1 && !(wgmma && accumulators_per_thread() > 128);
   }
+  // The balanced split (plan/split_k.hpp: every CTA the same share of all
+  // items' K stages): the splitting tiles of decode widths, up to 32
+  // accumulators per thread on wgmma (at 64 the e4m3 bm128_nt128 tile
+  // spilled) and 8 on mma.sync (at 16 bm256_nt32_bk256 spilled 12 bytes in
+  // its biased instance: its 96 registers hold the fragments too).
+  constexpr bool balances_k() const { return splits_k() && accumulators_per_thread() <= (wgmma ? 32 : 8); }
   // Activations in the 128-byte-swizzled K-major layout that wgmma descriptors
   // and TMA boxes use; ldmatrix reads it without bank conflicts too.
   constexpr bool swizzled_activations() const { return wgmma || warp_specialized; }

@@ -15,8 +15,13 @@ int64_t expected_token_chunks(int64_t permuted_rows, int64_t num_experts, int ch
   return active * token_chunks(rows_per_expert, chunk, max_rows);
 }
 
+bool balanced_split_fits(const GemmTile& t, int64_t items, int64_t k, int64_t ctas, int64_t workspace_bytes) {
+  return t.balances_k() && items <= SplitKWorkspace::kCounters && ctas <= SplitKWorkspace::slots(t, workspace_bytes) &&
+         BalancedSplit::fits_32_bits(items, t.k_steps(k), ctas);
+}
+
 SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_chunks, int resident_ctas,
-                         int64_t workspace_bytes) {
+                         int64_t workspace_bytes, bool balance_k) {
   FP4MOE_CHECK(tile_index >= 0 && tile_index < kNumGemmTiles,
                "split-K plan: tile index " << tile_index << " is outside 0.." << kNumGemmTiles - 1);
   const GemmTile& t = kGemmTiles[tile_index];
@@ -36,8 +41,16 @@ SplitKPlan plan_k_splits(int tile_index, int64_t n, int64_t k, int64_t expected_
   if (p.items <= 0 || R <= 0 || t.bk <= 0) return p;
   p.balance = p.unsplit_balance = balance(1);
   p.why = SplitKPlan::Why::balanced;
-  if (p.balance >= kSplitBelowBalance) return p;
   p.slots = SplitKWorkspace::slots(t, workspace_bytes);
+  if (balance_k && p.balance >= kSplitBelowBalance && p.balance < kBalanceBelow &&
+      balanced_split_fits(t, p.items, k, R, workspace_bytes)) {
+    const int64_t units = p.items * t.k_steps(k), rounds = (units + R - 1) / R;  // stages a CTA runs, at most
+    p.balanced_split = true;
+    p.balance = double(units) / double(rounds * R);
+    p.why = SplitKPlan::Why::planned;
+    return p;
+  }
+  if (p.balance >= kSplitBelowBalance) return p;
   const int max_splits = static_cast<int>(std::min<int64_t>(kMaxKSplits, t.k_steps(k)));
   double best = p.balance;
   for (int s = 2; s <= max_splits; ++s) {
@@ -58,11 +71,16 @@ std::string SplitKPlan::explanation() const {
     case Why::tile_does_not_split: return "tile " + gemm_tile_name(tile) + " does not split K";
     case Why::no_workspace: return "no split-K workspace";
     case Why::no_items: return "no work items";
-    case Why::given: return "k_splits = " + std::to_string(splits) + " as given";
+    case Why::given:
+      return balanced_split ? std::string("the balanced split, as given") : "k_splits = " + std::to_string(splits) + " as given";
     case Why::balanced:
     case Why::planned: break;
   }
   os << items << " items on " << resident << " resident CTAs: balance " << unsplit_balance;
+  if (balanced_split) {
+    os << "; balanced split, every CTA the same share of the items' K stages: balance " << balance;
+    return os.str();
+  }
   if (unsplit_balance >= kSplitBelowBalance) return os.str() + ", not split";
   if (workspace_stops_at > 0)
     os << "; " << workspace_stops_at << " splits need " << items * workspace_stops_at << " slots, the workspace has " << slots;

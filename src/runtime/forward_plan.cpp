@@ -40,6 +40,7 @@ std::string ForwardPlan::describe() const {
     if (g.launch.copies_rows) os << ", rows copied in expert order first";
     if (g.launch.quantizes_rows) os << ", rows quantized to e4m3 (a scale per row) in expert order first";
     if (k.k_split.splits > 1) os << ", K split " << k.k_split.splits << " ways (" << k.k_split.explanation() << ")";
+    if (k.k_split.balanced_split) os << ", K stages balanced over the CTAs (" << k.k_split.explanation() << ")";
     os << "\n";
   }
   os << "launches: " << launches(true) << " a forward (" << launches(false) << " with the caller's routing)\n";
@@ -63,6 +64,7 @@ plan::TuneKey LayerCore::tune_key(const GemmSpec& g) const {
   const char* e = epi == kernels::GemmEpilogue::swiglu ? "swiglu"
                   : epi == kernels::GemmEpilogue::scatter_add ? "scatter_add" : "store";
   return {std::string("grouped ") + e + (g.w->biased() ? " biased" : "") + (split_k_.size() ? " split-k" : "") +
+              (split_k_.size() && opts_.balanced_split ? " balanced" : "") +
               (g.w->activations == plan::ActivationType::e4m3 ? " e4m3" : ""),
           to_string(g.w->format), g.w->n, g.w->k, g.w->experts, plan::token_bucket(g.tokens_per_expert)};
 }
@@ -96,7 +98,7 @@ TileChoice LayerCore::choose_tile(const GemmSpec& g) const {
 }
 
 GemmStepLaunch LayerCore::prepare(const GemmSpec& g, const TileChoice& c) const {
-  return prepare_gemm_step(g.w->view(), g.io, {.tile = c.tile, .stages = c.stages}, device_);
+  return prepare_gemm_step(g.w->view(), g.io, {.tile = c.tile, .stages = c.stages, .balance_k = opts_.balanced_split}, device_);
 }
 
 // The GEMMs of a forward of `shape`: the routed experts over rows x top_k

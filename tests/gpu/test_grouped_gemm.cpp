@@ -93,7 +93,8 @@ const ExpertSet& expert_set(Fp4Format format, int64_t n, int64_t k, int64_t E, u
 // (or, contiguous, reads row p of X [P, K]).
 CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<int>& counts, int tile,
                     const plan::SmemBudget& capacity, uint64_t seed, Rows rows_mode = Rows::gathered,
-                    int64_t stop_at = -1, int k_splits = -1, bool behind_another = false, uint64_t weight_seed = 0) {
+                    int64_t stop_at = -1, int k_splits = -1, bool behind_another = false, uint64_t weight_seed = 0,
+                    bool balanced = false) {
   const int64_t E = static_cast<int64_t>(counts.size());
   const int64_t P = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   const bool contiguous = rows_mode != Rows::gathered;
@@ -124,7 +125,7 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
   kernels::GemmLaunch launch;
   launch.tile = tile;
   launch.stages = plan::plan_gemm_tile(tile, n, k, capacity).stages;
-  // k_splits >= 0: with a split-K workspace (0: the planner's split, n: n parts)
+  // k_splits >= 0: with a split-K workspace (0: the planner's split, n: n parts; balanced: the balanced split)
   DeviceBuffer<int32_t> split_workspace(k_splits >= 0 ? size_t(plan::kSplitKWorkspaceBytes / 4) : 0);
   CaseResult r;
   if (k_splits >= 0) {
@@ -133,12 +134,21 @@ CaseResult run_case(Fp4Format format, int64_t n, int64_t k, const std::vector<in
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
     args.io.split_workspace = split_workspace.get();
     args.io.split_workspace_bytes = int64_t(split_workspace.bytes());
-    launch.k_splits = k_splits;
+    launch.k_splits = balanced ? plan::kBalancedKSplit : k_splits;
     const plan::GemmTile& t = plan::kGemmTiles[tile];
     int64_t chunks = 0;
     for (int c : counts) chunks += t.chunks_of(c);
-    const int planned = prepare_gemm_step(args.w, args.io, launch, device_limits(0)).gemm.k_split.splits;
-    r.effective_splits = chunks * (n / t.bm) * planned <= plan::SplitKWorkspace::slots(t, args.io.split_workspace_bytes) ? planned : 1;
+    const kernels::PreparedGemm prepared = prepare_gemm_step(args.w, args.io, launch, device_limits(0)).gemm;
+    const int planned = prepared.k_split.splits;
+    r.effective_splits = chunks * t.n_tiles(n) * planned <= plan::SplitKWorkspace::slots(t, args.io.split_workspace_bytes) ? planned : 1;
+    if (balanced) {  // the most parts of one item, as every CTA computes them (plan::BalancedSplit)
+      EXPECT_TRUE(prepared.k_split.balanced_split);
+      const plan::BalancedSplit b{chunks * t.n_tiles(n), t.k_steps(k), prepared.grid};
+      r.effective_splits = 1;
+      for (int64_t c = 0; c < prepared.grid; ++c)
+        for (int64_t i = b.first_item(c); i < b.end_item(c); ++i)
+          r.effective_splits = std::max<int>(r.effective_splits, int(b.segment(c, i).parts));
+    }
   }
   // behind_another: each launch reads its schedule and starts loading weights
   // early, queued right behind a launch of the same GEMM into a decoy output
@@ -574,6 +584,49 @@ TEST(GpuGroupedGemm, SplitKPartsSumInSplitOrder) {
         expect_split_sums_right(run_case(Fp4Format::nvfp4, 512, 2048, counts, tile, budget, 61 + tile, m, -1, splits), what);
       }
     }
+  }
+}
+
+// The balanced split (plan/split_k.hpp): every tile that balances, on few
+// and many items, K of one to eight stages (one: fewer units than CTAs, so
+// most CTAs take none), gathered and contiguous rows, alone and queued behind
+// another launch that starts early: against the reference, a second launch
+// bitwise the same, every counter back at zero, slots written exactly where an
+// item is cut between CTAs.
+TEST(GpuGroupedGemm, BalancedSplitSumsThePartsInOrder) {
+  FP4MOE_REQUIRE_GPU();
+  const plan::SmemBudget budget = device_capacity();
+  int ran = 0;
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{512, 2048}, {256, 256}, {2880, 2880}}) {
+    for (int tile : warp_specialized_tiles(n, k, budget)) {
+      if (!plan::kGemmTiles[tile].balances_k()) continue;
+      for (const std::vector<int>& counts :
+           {std::vector<int>{65, 0, 3, 130}, std::vector<int>{1, 1, 0, 1, 1, 1, 1, 1, 1}, std::vector<int>{1}}) {
+        for (bool behind_another : {false, true}) {
+          const Rows m = behind_another ? Rows::contiguous : Rows::gathered;
+          const std::string what = plan::gemm_tile_name(tile) + " N " + std::to_string(n) + " K " + std::to_string(k) +
+                                   ", " + std::to_string(counts.size()) + " experts" + (behind_another ? ", behind another" : "");
+          expect_split_sums_right(
+              run_case(Fp4Format::mxfp4, n, k, counts, tile, budget, 131 + tile, m, -1, 0, behind_another, 77, true), what);
+          ++ran;
+        }
+      }
+    }
+  }
+  if (budget.has_wgmma()) {
+    EXPECT_GT(ran, 0) << "no tile balances";
+  }
+}
+
+// A tile that does not balance refuses the balanced split by name.
+TEST(GpuGroupedGemm, BalancedSplitRefusedWhereTheTileDoesNotBalance) {
+  FP4MOE_REQUIRE_GPU();
+  const plan::SmemBudget budget = device_capacity();
+  for (int tile = 0; tile < plan::kNumGemmTiles; ++tile) {
+    if (plan::kGemmTiles[tile].balances_k() || !plan::plan_gemm_tile(tile, 512, 2048, budget).fits) continue;
+    EXPECT_THROW(run_case(Fp4Format::nvfp4, 512, 2048, {3, 1}, tile, budget, 3, Rows::gathered, -1, 0, false, 0, true),
+                 Error)
+        << plan::gemm_tile_name(tile);
   }
 }
 

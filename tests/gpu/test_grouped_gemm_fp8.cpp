@@ -91,8 +91,9 @@ Fp8Result run_fp8_case(const Fp8Experts& w, int64_t n, int64_t k, const std::vec
   DeviceBuffer<int32_t> doff(offsets), dgather(gather);
   DeviceBuffer<uint8_t> codes(size_t(std::max<int64_t>(P, 1) * k));
   DeviceBuffer<float> xscale(size_t(std::max<int64_t>(P, 1)));
-  DeviceBuffer<int32_t> split_workspace(k_splits > 1 ? size_t(plan::kSplitKWorkspaceBytes / 4) : 0);
-  if (k_splits > 1) split_workspace.fill_bytes(0);
+  const bool splits = k_splits > 1 || k_splits == plan::kBalancedKSplit;
+  DeviceBuffer<int32_t> split_workspace(splits ? size_t(plan::kSplitKWorkspaceBytes / 4) : 0);
+  if (splits) split_workspace.fill_bytes(0);
   dy.fill_bytes(0xFF);
   codes.fill_bytes(0xFF);
   kernels::QuantizeRowsFp8Args q;
@@ -110,7 +111,7 @@ Fp8Result run_fp8_case(const Fp8Experts& w, int64_t n, int64_t k, const std::vec
   a.permuted_rows = P;
   a.expert_offsets = doff.get();
   a.y = reinterpret_cast<__nv_bfloat16*>(dy.get());
-  if (k_splits > 1) a.split_workspace = split_workspace.get(), a.split_workspace_bytes = int64_t(split_workspace.bytes());
+  if (splits) a.split_workspace = split_workspace.get(), a.split_workspace_bytes = int64_t(split_workspace.bytes());
   a.fp8_promotion_stages = promotion_stages;
   if (!bias.bias.empty()) {
     a.bias = dbias.get();
@@ -234,6 +235,31 @@ TEST(GpuGroupedGemmFp8, SplitKSumsThePartsOfFp8Items) {
     EXPECT_LT(r.rel_err, kFp8GemmTolerance) << plan::gemm_tile_name(tile);
     std::printf("  %-34s 4 K parts rel err %.3e\n", plan::gemm_tile_name(tile).c_str(), r.rel_err);
   }
+}
+
+// The balanced split (plan/split_k.hpp) on every FP8 tile that balances, with
+// the plain store and the biased clamped SwiGLU: the same arithmetic in double.
+TEST(GpuGroupedGemmFp8, BalancedSplitOfFp8Items) {
+  FP4MOE_REQUIRE_GPU();
+  if (!test::first_device_has_wgmma()) GTEST_SKIP() << "the FP8 tiles need sm_90a";
+  const int64_t n = 512, k = 4096;
+  const std::vector<int> counts = {3, 0, 8, 1, 70};
+  const Fp8Experts w = fp8_experts(int64_t(counts.size()), n, k, 15);
+  const Fp8Bias swiglu{kernels::GemmEpilogue::swiglu, random_biases(int64_t(counts.size()) * n, 17)};
+  int ran = 0;
+  for (int tile : fp8_tiles()) {
+    if (!plan::kGemmTiles[tile].balances_k()) continue;
+    for (const Fp8Bias* b : {static_cast<const Fp8Bias*>(nullptr), &swiglu}) {
+      const Fp8Result r = b ? run_fp8_case(w, n, k, counts, tile, 19, plan::kBalancedKSplit, 0, true, *b)
+                            : run_fp8_case(w, n, k, counts, tile, 19, plan::kBalancedKSplit);
+      const std::string what = plan::gemm_tile_name(tile) + (b ? " biased clamped SwiGLU" : " store");
+      expect_fp8_result(r, what + " balanced");
+      std::printf("  %-34s balanced split %s rel err %.3e\n", plan::gemm_tile_name(tile).c_str(), b ? "swiglu" : "store",
+                  r.rel_err);
+      ++ran;
+    }
+  }
+  EXPECT_GT(ran, 0) << "no FP8 tile balances";
 }
 
 // The biased instance of every FP8 tile: biases with the store, and with the

@@ -144,6 +144,42 @@ TEST(GpuMoeLayer, SharedExpertInTheRoutedGemmsAgainstTheReference) {
   }
 }
 
+// The balanced split (LayerOptions::balanced_split): gpt-oss-120b's shapes on
+// 16 experts, where the planner balances GEMM1 at three tokens (276 items of
+// bm256 on 132 CTAs), and GLM-5's small shape with its shared expert among
+// the routed ones; routing bitwise, the output against the reference, a second
+// run and a graph replay bitwise the same.
+TEST(GpuMoeLayer, BalancedSplitAgainstTheReference) {
+  FP4MOE_REQUIRE_GPU();
+  MoeConfig sixteen = preset("gpt-oss-120b");
+  sixteen.name = "gpt-oss-120b-16-experts";
+  sixteen.num_experts = 16;
+  for (const MoeConfig& cfg : {sixteen, preset("glm5-small")}) {
+    const Fp4Format format = cfg.expert_bias ? Fp4Format::mxfp4 : Fp4Format::nvfp4;
+    LayerCase c = make_case(cfg, 8, 900, format);
+    LayerOptions o;
+    o.max_tokens = 8;
+    o.use_tune_cache = false;  // the planner's tiles, whose balance the assertion below expects
+    o.deterministic = true;
+    o.balanced_split = true;
+    o.shared_expert_in_routed_gemms = true;
+    MoeLayer layer(c.cfg, c.w, o);
+    for (int64_t T : {1, 2, 3, 5, 8}) {
+      c.T = T;
+      c.x = test::random_bf16(T * cfg.hidden, 901 + uint64_t(T));
+      c.logits = gaussian_logits(T, cfg.num_experts, 902 + uint64_t(T));
+      const std::string what = cfg.name + " T=" + std::to_string(T) + " balanced";
+      if (T == 3 && cfg.expert_bias && test::first_device_has_wgmma()) {
+        EXPECT_NE(layer.describe(T).find("balanced over the CTAs"), std::string::npos) << layer.describe(T);
+      }
+      const GpuRun g = run_layer(layer, c);
+      expect_matches_reference(c, g, what);
+      EXPECT_EQ(run_layer(layer, c).out, g.out) << what << ": a second run differs";
+      EXPECT_EQ(run_layer(layer, c, /*graph=*/true).out, g.out) << what << ": the graph replay differs";
+    }
+  }
+}
+
 // gpt-oss-small at H = 288 and I = 160: like gpt-oss's 2880, not multiples of the K granule.
 MoeConfig unaligned_gpt_oss() {
   MoeConfig c = preset("gpt-oss-small");
