@@ -52,9 +52,9 @@ struct LayerOptions {
   bool split_k = true;
   // With split_k: the planner may also give a GEMM whose items leave CTAs idle
   // in their last round the balanced split, every CTA the same share of all
-  // items' K stages (plan/split_k.hpp; tiles of up to 32 accumulators per
-  // thread). Off by default until measured against the unsplit launches
-  // (docs/kernels.md, "The balanced split").
+  // items' K stages (plan/split_k.hpp; GemmTile::balances_k). Off by
+  // default: measured slower where the planner takes it (docs/kernels.md,
+  // "The balanced split").
   bool balanced_split = false;
   // H and I that are not multiples of 128 (gpt-oss's 2880): 0 (the default)
   // on sm_90 runs them as the model has them, padded with zero weights only
