@@ -631,8 +631,9 @@ TEST(GpuGroupedGemm, BalancedSplitRefusedWhereTheTileDoesNotBalance) {
 }
 
 // Small enough for compute-sanitizer: the split hand-over (slots, fence,
-// counter, the last CTA's sum) on one tile of each consumer kind, alone and
-// queued behind another launch, starting early (offsets_ready_at_launch).
+// counter, the last CTA's sum) and the balanced split's on one tile of each
+// consumer kind, alone and queued behind another launch, starting early
+// (offsets_ready_at_launch).
 TEST(GpuGroupedGemm, SplitKSmallCase) {
   FP4MOE_REQUIRE_GPU();
   const plan::SmemBudget budget = device_capacity();
@@ -646,6 +647,10 @@ TEST(GpuGroupedGemm, SplitKSmallCase) {
       const CaseResult r = run_case(Fp4Format::nvfp4, 256, 512, {3, 0, 70}, tile, budget, 8, Rows::gathered, -1, 2, behind_another);
       expect_split_sums_right(r, name);
       EXPECT_EQ(r.effective_splits, 2) << name;
+      // the balanced split's hand-over (a later part's slot, the counter, part 0's wait and sum)
+      const CaseResult b =
+          run_case(Fp4Format::nvfp4, 256, 512, {3, 0, 70}, tile, budget, 8, Rows::gathered, -1, 0, behind_another, 0, true);
+      expect_split_sums_right(b, std::string(name) + " balanced");
     }
   }
 }
