@@ -150,6 +150,8 @@ __device__ __forceinline__ void run_consumer(const KernelParams& p, const WsSche
                                                     it % parts, parts, tid - Tile::kProducerThreads,
                                                     Tile::kConsumerThreads, kAllConsumersBarrier,
                                                     reinterpret_cast<volatile int32_t*>(smem + L.split_flag_offset(ring.stages)));
+    // (finish_item's work written out: calling it here, force-inlined, made
+    // ptxas spill 8 bytes in the e4m3 bm128_nt128 tile)
     if (write_tile && p.probe != GemmProbe::no_output) {
       const WsEpilogue<TileIndex, Epi> epilogue{{}, p, reinterpret_cast<float*>(smem + L.epilogue_offset(ring.stages)), cg,
                                                 wg_warp, lane, tid - Tile::kProducerThreads - cg * 128};
