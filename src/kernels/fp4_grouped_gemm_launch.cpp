@@ -284,8 +284,8 @@ PreparedGemm prepare_grouped_gemm(const GroupedGemmArgs& a, const GemmLaunch& la
                                     << launch.k_splits << "); warp-specialized tiles of up to 128 accumulators per thread do");
   FP4MOE_CHECK(launch.k_splits != plan::kBalancedKSplit || tile.balances_k(),
                "grouped GEMM: tile " << plan::gemm_tile_name(launch.tile)
-                                    << " has no balanced split; the warp-specialized tiles of up to 32 accumulators per "
-                                       "thread outside clusters do");
+                                    << " has no balanced split; warp-specialized tiles outside clusters of up to 32 "
+                                       "accumulators per thread on wgmma, 8 on mma.sync, do");
   g.k_split = k_split_plan(a, launch, g.grid);
   // Warp-specialized tiles load every operand through a tensor map (TMA).
   if (tile.warp_specialized) {
