@@ -14,16 +14,18 @@ from .config import as_config_json
 ACTIVATIONS = ("bf16", "fp8")
 
 
-def _options_json(max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k,
-                  activations="bf16", shared_expert_in_routed=False, fp8_rounds_nvfp4=False, max_plans=256) -> str:
+def _options_json(*, max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k,
+                  activations="bf16", shared_expert_in_routed=False, balanced_split=False, fp8_rounds_nvfp4=False,
+                  max_plans=256) -> str:
+    """LayerOptions as the native module reads them (python/native/config_json.cpp), each named."""
     if activations not in ACTIVATIONS:
         raise ValueError(f"activations '{activations}' is not one of {', '.join(ACTIVATIONS)}")
     if int(max_plans) < 0:
         raise ValueError(f"max_plans {max_plans} is negative (0 keeps every plan)")
     o = {"max_tokens": int(max_tokens), "finalize": finalize, "deterministic": bool(deterministic),
          "use_tune_cache": bool(use_tune_cache), "split_k": bool(split_k), "activations": activations,
-         "shared_expert_in_routed_gemms": bool(shared_expert_in_routed), "fp8_rounds_nvfp4": bool(fp8_rounds_nvfp4),
-         "max_plans": int(max_plans)}
+         "shared_expert_in_routed_gemms": bool(shared_expert_in_routed), "balanced_split": bool(balanced_split),
+         "fp8_rounds_nvfp4": bool(fp8_rounds_nvfp4), "max_plans": int(max_plans)}
     if tune_cache is not None:
         o["tune_cache"] = str(tune_cache)
     if device is not None:
@@ -83,27 +85,33 @@ class MoeLayer:
     def from_modelopt(cls, path: str, layer: int, *, max_tokens: int = 1024, finalize: str = "auto",
                       deterministic: bool = False, tune_cache: Optional[str] = None, use_tune_cache: bool = True,
                       device: Optional[int] = None, split_k: bool = True, activations: str = "bf16",
-                      shared_expert_in_routed: bool = False, fp8_rounds_nvfp4: bool = False,
-                      max_plans: int = 256) -> "MoeLayer":
+                      shared_expert_in_routed: bool = False, balanced_split: bool = False,
+                      fp8_rounds_nvfp4: bool = False, max_plans: int = 256) -> "MoeLayer":
         """MoE layer ``layer`` of a ModelOpt NVFP4 checkpoint directory (config.json, safetensors),
         or of a gpt-oss checkpoint in OpenAI's own MXFP4 layout (config.json quant_method mxfp4).
         ``activations="fp8"``: the routed experts' GEMMs read e4m3 rows (sm_90; docs/fp8.md); NVFP4
         weights need ``fp8_rounds_nvfp4=True`` (each weight rounded to e4m3). ``max_plans``: forward
-        plans kept (LayerOptions::max_plans; 0 keeps all)."""
-        opts = _options_json(max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k,
-                             activations, shared_expert_in_routed, fp8_rounds_nvfp4, max_plans)
+        plans kept (LayerOptions::max_plans; 0 keeps all). ``shared_expert_in_routed`` and
+        ``balanced_split``: LayerOptions::shared_expert_in_routed_gemms and ::balanced_split, off by
+        default (measured slower: docs/planner.md, docs/kernels.md)."""
+        opts = _options_json(max_tokens=max_tokens, finalize=finalize, deterministic=deterministic,
+                             tune_cache=tune_cache, use_tune_cache=use_tune_cache, device=device, split_k=split_k,
+                             activations=activations, shared_expert_in_routed=shared_expert_in_routed,
+                             balanced_split=balanced_split, fp8_rounds_nvfp4=fp8_rounds_nvfp4, max_plans=max_plans)
         return cls(_native.fn("layer_from_modelopt")(str(path), int(layer), opts))
 
     @classmethod
     def random(cls, config: Any, *, seed: int = 1, format: str = "nvfp4", max_tokens: int = 1024,
                finalize: str = "auto", deterministic: bool = False, tune_cache: Optional[str] = None,
                use_tune_cache: bool = True, device: Optional[int] = None, split_k: bool = True,
-               activations: str = "bf16", shared_expert_in_routed: bool = False, fp8_rounds_nvfp4: bool = False,
-               max_plans: int = 256) -> "MoeLayer":
+               activations: str = "bf16", shared_expert_in_routed: bool = False, balanced_split: bool = False,
+               fp8_rounds_nvfp4: bool = False, max_plans: int = 256) -> "MoeLayer":
         """A layer of random FP4 weights (the same for the same config, format and seed as
         the CLI's ``--seed`` and ``ParallelMoeLayer.random``): for tests and benchmarks."""
-        opts = _options_json(max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k,
-                             activations, shared_expert_in_routed, fp8_rounds_nvfp4, max_plans)
+        opts = _options_json(max_tokens=max_tokens, finalize=finalize, deterministic=deterministic,
+                             tune_cache=tune_cache, use_tune_cache=use_tune_cache, device=device, split_k=split_k,
+                             activations=activations, shared_expert_in_routed=shared_expert_in_routed,
+                             balanced_split=balanced_split, fp8_rounds_nvfp4=fp8_rounds_nvfp4, max_plans=max_plans)
         return cls(_native.fn("layer_from_random")(as_config_json(config), str(format), int(seed), opts))
 
     @classmethod
@@ -114,8 +122,9 @@ class MoeLayer:
                      shared_expert: Optional[Sequence[Any]] = None, local_experts: Optional[Tuple[int, int]] = None,
                      max_tokens: int = 1024, finalize: str = "auto", deterministic: bool = False,
                      tune_cache: Optional[str] = None, use_tune_cache: bool = True, split_k: bool = True,
-                     activations: str = "bf16", shared_expert_in_routed: bool = False, fp8_rounds_nvfp4: bool = False,
-               max_plans: int = 256) -> "MoeLayer":
+                     activations: str = "bf16", shared_expert_in_routed: bool = False,
+                     balanced_split: bool = False, fp8_rounds_nvfp4: bool = False,
+                     max_plans: int = 256) -> "MoeLayer":
         """A layer from FP4 expert tensors on the GPU, in the layout vLLM and SGLang hold them:
 
         - w13 uint8 [E, 2I, H/2] (gate and up, ``w13_order``), w13_scale float8_e4m3fn (NVFP4)
@@ -151,8 +160,10 @@ class MoeLayer:
             if s[5] is not None and len(s[5].shape) == 0:
                 s[5] = s[5].reshape((1,))
         device = w13.device.index if _is_torch(w13) else None
-        opts = _options_json(max_tokens, finalize, deterministic, tune_cache, use_tune_cache, device, split_k,
-                             activations, shared_expert_in_routed, fp8_rounds_nvfp4, max_plans)
+        opts = _options_json(max_tokens=max_tokens, finalize=finalize, deterministic=deterministic,
+                             tune_cache=tune_cache, use_tune_cache=use_tune_cache, device=device, split_k=split_k,
+                             activations=activations, shared_expert_in_routed=shared_expert_in_routed,
+                             balanced_split=balanced_split, fp8_rounds_nvfp4=fp8_rounds_nvfp4, max_plans=max_plans)
         native = _native.fn("layer_from_tensors")(
             as_config_json(config), opts, fmt, w13, _bytes_view(w13_scale), w13_scale_2, w2, _bytes_view(w2_scale),
             w2_scale_2, w13_order, scale_layout, int(begin), int(count), s[0], _bytes_view(s[1]), s[2], s[3],

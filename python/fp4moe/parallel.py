@@ -85,8 +85,9 @@ class ParallelMoeLayer:
                       max_plans: int = 256) -> "ParallelMoeLayer":
         """MoE layer ``layer`` of a ModelOpt NVFP4 checkpoint; this rank prepares only its part.
         ``max_tokens`` is per rank; ``alltoall_capacity`` rows per peer (None: max_tokens)."""
-        opts = _options_json(max_tokens, "split", True, tune_cache, use_tune_cache, device, split_k, activations,
-                             False, fp8_rounds_nvfp4, max_plans)
+        opts = _options_json(max_tokens=max_tokens, finalize="split", deterministic=True, tune_cache=tune_cache,
+                             use_tune_cache=use_tune_cache, device=device, split_k=split_k, activations=activations,
+                             fp8_rounds_nvfp4=fp8_rounds_nvfp4, max_plans=max_plans)
         c, uid, r, g = _communicator(group, comm, rank, ranks, unique_id)
         return cls(_native.fn("parallel_from_modelopt")(str(path), int(layer), cls._check_mode(mode), c, uid, r, g,
                                                         opts, -1 if alltoall_capacity is None else int(alltoall_capacity)))
@@ -100,8 +101,9 @@ class ParallelMoeLayer:
                activations: str = "bf16", fp8_rounds_nvfp4: bool = False,
                max_plans: int = 256) -> "ParallelMoeLayer":
         """The layer of ``MoeLayer.random(config, seed=seed, format=format)``, split across the ranks."""
-        opts = _options_json(max_tokens, "split", True, tune_cache, use_tune_cache, device, split_k, activations,
-                             False, fp8_rounds_nvfp4, max_plans)
+        opts = _options_json(max_tokens=max_tokens, finalize="split", deterministic=True, tune_cache=tune_cache,
+                             use_tune_cache=use_tune_cache, device=device, split_k=split_k, activations=activations,
+                             fp8_rounds_nvfp4=fp8_rounds_nvfp4, max_plans=max_plans)
         c, uid, r, g = _communicator(group, comm, rank, ranks, unique_id)
         return cls(_native.fn("parallel_from_random")(as_config_json(config), str(format), int(seed),
                                                       cls._check_mode(mode), c, uid, r, g, opts,

@@ -225,3 +225,13 @@ def test_layer_options_are_checked_by_name():
     cfg = dict(fp4moe.preset("glm5-small"))
     with pytest.raises(ValueError, match="max_plans -1 is negative"):
         fp4moe.MoeLayer.random(cfg, max_plans=-1)
+
+
+def test_every_layer_option_is_a_key_the_library_reads():
+    # The native side refuses an unknown key by name before it checks values,
+    # and max_tokens 0 is the first value it refuses: every key was read.
+    cfg = dict(fp4moe.preset("glm5-small"))
+    every = dict(finalize="split", deterministic=True, split_k=False, activations="fp8", shared_expert_in_routed=True,
+                 balanced_split=True, fp8_rounds_nvfp4=True, max_plans=0, use_tune_cache=False)
+    with pytest.raises(ValueError, match="max_tokens = 0 must be at least 1"):
+        fp4moe.MoeLayer.random(cfg, max_tokens=0, **every)
