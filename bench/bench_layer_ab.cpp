@@ -1,10 +1,8 @@
 // One layer option against the defaults, the whole MoE layer interleaved
 // (bench/layer_ab.hpp): A has LayerOptions' defaults plus --with, B also
 // --change. The experts are in the model's checkpoint format
-// (checkpoint_format: MXFP4 for gpt-oss, NVFP4 otherwise). Options:
-//   balanced-split           LayerOptions::balanced_split
-//   shared-expert-in-routed  LayerOptions::shared_expert_in_routed_gemms
-//   no-split-k               LayerOptions::split_k = false
+// (checkpoint_format: MXFP4 for gpt-oss, NVFP4 otherwise). The options
+// --change and --with name: bench::kLayerOptionNames (layer_ab.hpp).
 #include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
@@ -12,18 +10,6 @@
 #include "layer_ab.hpp"
 
 using namespace fp4moe;
-
-namespace {
-
-const std::vector<std::string> kOptions = {"balanced-split", "shared-expert-in-routed", "no-split-k"};
-
-void set_option(LayerOptions& o, const std::string& option) {
-  if (option == "balanced-split") o.balanced_split = true;
-  else if (option == "shared-expert-in-routed") o.shared_expert_in_routed_gemms = true;
-  else if (option == "no-split-k") o.split_k = false;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"A layer option against the defaults: the whole MoE layer, interleaved"};
@@ -33,8 +19,8 @@ int main(int argc, char** argv) {
   run.out_path = "bench_layer_ab.json";
   std::string change;
   std::vector<std::string> with;
-  app.add_option("--change", change, "The option B has and A has not")->required()->check(CLI::IsMember(kOptions));
-  app.add_option("--with", with, "Options both sides have (comma separated)")->delimiter(',')->check(CLI::IsMember(kOptions));
+  app.add_option("--change", change, "The option B has and A has not")->required()->check(CLI::IsMember(bench::kLayerOptionNames));
+  app.add_option("--with", with, "Options both sides have (comma separated)")->delimiter(',')->check(CLI::IsMember(bench::kLayerOptionNames));
   app.add_option("--models", run.models, "Model presets")->delimiter(',');
   bench::add_layer_ab_options(app, run);
   CLI11_PARSE(app, argc, argv);
@@ -46,9 +32,9 @@ int main(int argc, char** argv) {
   run.format = [](const MoeConfig& cfg) { return checkpoint_format(cfg); };
   run.format_name = "the model's checkpoint's (checkpoint_format)";
   bench::LayerAb ab{"default", change, [&](LayerOptions& a, LayerOptions& b, const MoeConfig&, Fp4Format) {
-                      for (const std::string& w : with) set_option(a, w);
+                      for (const std::string& w : with) bench::set_layer_option(a, w);
                       b = a;
-                      set_option(b, change);
+                      bench::set_layer_option(b, change);
                     }};
   return bench::run_layer_ab("bench_layer_ab", run, ab);
 }

@@ -28,6 +28,19 @@
 
 namespace fp4moe::bench {
 
+// The layer options a benchmark turns on by name (--change, --with):
+//   balanced-split           LayerOptions::balanced_split
+//   shared-expert-in-routed  LayerOptions::shared_expert_in_routed_gemms
+//   no-split-k               LayerOptions::split_k = false
+inline const std::vector<std::string> kLayerOptionNames = {"balanced-split", "shared-expert-in-routed", "no-split-k"};
+
+inline void set_layer_option(LayerOptions& o, const std::string& option) {
+  if (option == "balanced-split") o.balanced_split = true;
+  else if (option == "shared-expert-in-routed") o.shared_expert_in_routed_gemms = true;
+  else if (option == "no-split-k") o.split_k = false;
+  else FP4MOE_CHECK(false, "layer option '" << option << "' is not one of balanced-split, shared-expert-in-routed, no-split-k");
+}
+
 struct LayerAb {
   std::string a, b;  // the sides' names: table columns and the JSON's keys
   // B's difference from A (both start from the run's options), for a model and its experts' format

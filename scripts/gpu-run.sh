@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark in one call on the GPU machine; logs under $OUT,
 # a short table last. Binaries come prebuilt (carry build/release/bin).
-#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|w4a8|layer-ab|layer|gpt-oss|host|parallel|modelopt|sanitize|soak|all]
+#   scripts/gpu-run.sh [tests|python|bench|decode|prefill|rate|w4a8|layer-ab|timeline|layer|gpt-oss|host|parallel|modelopt|sanitize|soak|all]
 #   (tests: the GPU tests (GTEST_FILTER to choose; killed after TESTS_TIMEOUT s, default 480) and the soak's short forms;
 #    bench: GEMM tiles at decode and prefill sizes, the K loop's wgmma rate and W4A8 against W4A16; decode,
 #    prefill: those sizes only; w4a8: the GEMM steps and the whole layer with e4m3 activations against bf16,
@@ -9,6 +9,9 @@
 #    W4A8_FORMAT=nvfp4 the layer's experts in NVFP4 with the rounded fold);
 #    layer-ab: bench_layer_ab, the whole layer with one option (AB_CHANGE, default balanced-split) against
 #    the defaults, interleaved (AB_WITH options on both sides, AB_TOKENS, AB_MODELS; not part of all);
+#    timeline: bench_forward_timeline, each kernel of a forward's graph replay on the GPU's clock (CUPTI:
+#    libcupti.so.13 carried beside the binary), TIMELINE_MODELS, TIMELINE_TOKENS (default 1,2,4,8),
+#    TIMELINE_WITH layer options, TIMELINE_ARGS more flags (--activations fp8); part of decode and all;
 #    rate: the decode K loop's math alone by token width, bench_wgmma_rate; layer: fp4moe tune + fp4moe bench;
 #    gpt-oss: fp4moe tune, then fp4moe bench, --model GPT_OSS_MODEL (default gpt-oss-120b; GPT_OSS_CACHE: an
 #    earlier tune cache; GPT_OSS_UNTUNED=1: none; GPT_OSS_TUNE_TOKENS the tuned counts, up to 8192 by default;
@@ -38,8 +41,8 @@ OUT=${OUT:-/tmp/fp4moe-out}
 BIN=${BIN:-build/release/bin}
 WHAT=${1:-all}
 case "$WHAT" in
-  tests|python|bench|decode|prefill|rate|w4a8|layer-ab|layer|gpt-oss|host|parallel|modelopt|sanitize|soak|all) ;;
-  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, w4a8, layer-ab, layer, gpt-oss, host, parallel, modelopt, sanitize, soak, all" >&2; exit 2 ;;
+  tests|python|bench|decode|prefill|rate|w4a8|layer-ab|timeline|layer|gpt-oss|host|parallel|modelopt|sanitize|soak|all) ;;
+  *) echo "gpu-run: mode '$WHAT' is not one of tests, python, bench, decode, prefill, rate, w4a8, layer-ab, timeline, layer, gpt-oss, host, parallel, modelopt, sanitize, soak, all" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 # cuBLAS and NCCL from PyTorch's wheels where the system has none on the loader's path
@@ -160,6 +163,19 @@ if [ "$WHAT" = layer-ab ]; then
     ${AB_TOKENS:+--tokens $AB_TOKENS} ${AB_MODELS:+--models $AB_MODELS} ${AB_ROUNDS:+--rounds $AB_ROUNDS} \
     --out "$OUT/bench_layer_ab${AB_WITH:+_with_$AB_WITH}.json" 2>&1 | tee "$OUT/bench_layer_ab${AB_WITH:+_with_$AB_WITH}.log"
   summary+=("bench_layer_ab ${AB_CHANGE:-balanced-split}${AB_WITH:+ with $AB_WITH}: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s")
+fi
+if [ "$WHAT" = timeline ] || [ "$WHAT" = decode ] || [ "$WHAT" = all ]; then
+  # where a small-batch forward's time goes: launches, the ramp to the first weight byte, the gaps
+  if [ -x "$BIN/bench_forward_timeline" ]; then
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    "$BIN/bench_forward_timeline" ${TIMELINE_MODELS:+--models $TIMELINE_MODELS} --tokens "${TIMELINE_TOKENS:-1,2,4,8}" \
+      ${TIMELINE_WITH:+--with $TIMELINE_WITH} ${TIMELINE_ARGS:-} --out "$OUT/bench_forward_timeline.json" 2>&1 |
+      tee "$OUT/bench_forward_timeline.log"
+    summary+=("bench_forward_timeline: rc=${PIPESTATUS[0]}, $(( $(date +%s) - start )) s")
+  elif [ "$WHAT" = timeline ]; then
+    summary+=("bench_forward_timeline: not carried in $BIN")
+  fi
 fi
 if [ "$WHAT" = rate ] || [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
   # the decode K loop's math alone (wgmma and dequantization, no loads) by token width
@@ -330,6 +346,7 @@ for kind in decode prefill permuted; do
 done
 if [ -f "$OUT/bench_wgmma_rate.txt" ]; then cat "$OUT/bench_wgmma_rate.txt"; fi
 for f in bench_route bench_host_overhead python_op_overhead python_layer; do [ -f "$OUT/$f.txt" ] && cat "$OUT/$f.txt"; done
+[ -f "$OUT/bench_forward_timeline.log" ] && grep -E '^[a-z0-9.-]+ T=[0-9]+: ' "$OUT/bench_forward_timeline.log"
 if [ -f "$OUT/tune.log" ]; then tail -32 "$OUT/tune.log"; fi
 if [ -f "$OUT/bench/bench.md" ]; then cat "$OUT/bench/bench.md"; fi
 if [ -f "$OUT/bench_gpt_oss/bench.md" ]; then cat "$OUT/bench_gpt_oss/bench.md"; fi
