@@ -28,6 +28,7 @@
 #include "io/atomic_file.hpp"
 #include "kernel_trace.hpp"
 #include "layer_ab.hpp"
+#include "measure/forward_timeline.hpp"
 #include "measure/steady_timing.hpp"
 #include "runtime/captured_graph.hpp"
 #include "runtime/device_buffer.hpp"
@@ -37,8 +38,6 @@ using namespace fp4moe;
 using json = nlohmann::json;
 
 namespace {
-
-bool is_grouped_gemm(const bench::KernelSpan& k) { return k.name.find("fp4_grouped_gemm") != std::string::npos; }
 
 // "fp4moe::kernels::route_kernel<8>(fp4moe::kernels::RouteArgs)" -> "route_kernel<8>";
 // a template argument list longer than 24 characters is elided.
@@ -59,57 +58,35 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// One forward's kernels, start order; `launched` the host's clock at its graph launch (0: queued behind another).
-struct Forward {
-  std::vector<bench::KernelSpan> kernels;
-  uint64_t launched = 0;
-};
-
+// Each way of launching: every forward's figures and each kernel position's start and length.
 struct Figures {
-  std::vector<double> to_first_kernel, to_first_gemm, first_gemm, span, outside_gemms, gap;
-  std::vector<std::vector<double>> starts, durations;  // per kernel position
+  std::vector<ForwardFigures> forwards;
+  std::vector<std::vector<double>> starts, durations;  // per kernel position, us from the forward's first start
 
-  void add(const Forward& f, const Forward* previous) {
+  void add(const ForwardSpans& f, const ForwardSpans* previous) {
+    forwards.push_back(forward_figures(f, previous));
     const auto& k = f.kernels;
-    const uint64_t t0 = k.front().start;
-    uint64_t end = 0, gemm_busy = 0, busy_until = 0, first_g = 0;
-    for (const auto& s : k) {
-      end = std::max(end, s.end);
-      if (!is_grouped_gemm(s)) continue;
-      if (!first_g) first_g = s.start;
-      // union of the GEMMs' intervals (dependent launches overlap their predecessors' tails)
-      const uint64_t from = std::max(s.start, busy_until);
-      if (s.end > from) gemm_busy += s.end - from;
-      busy_until = std::max(busy_until, s.end);
-    }
-    if (f.launched) {
-      to_first_kernel.push_back(double(int64_t(t0 - f.launched)) / 1e3);
-      if (first_g) to_first_gemm.push_back(double(int64_t(first_g - f.launched)) / 1e3);
-    }
-    if (first_g) first_gemm.push_back(double(first_g - t0) / 1e3);
-    span.push_back(double(end - t0) / 1e3);
-    outside_gemms.push_back(double(end - t0 - gemm_busy) / 1e3);
-    if (previous) {
-      uint64_t prev_end = 0;
-      for (const auto& s : previous->kernels) prev_end = std::max(prev_end, s.end);
-      gap.push_back(double(int64_t(t0 - prev_end)) / 1e3);
-    }
     starts.resize(k.size());
     durations.resize(k.size());
     for (size_t i = 0; i < k.size(); ++i) {
-      starts[i].push_back(double(k[i].start - t0) / 1e3);
+      starts[i].push_back(double(k[i].start - k.front().start) / 1e3);
       durations[i].push_back(double(k[i].end - k[i].start) / 1e3);
     }
   }
+  // the median of one figure over the forwards that have it (-1: none has)
+  double median_of(double ForwardFigures::*field) const {
+    std::vector<double> v;
+    for (const ForwardFigures& f : forwards)
+      if (f.*field >= 0) v.push_back(f.*field);
+    return v.empty() ? -1 : median(v);
+  }
   json summary() const {
-    json j = {{"span_us", median(span)}, {"outside_gemms_us", median(outside_gemms)},
-              {"first_kernel_to_first_gemm_us", median(first_gemm)}};
-    if (!to_first_kernel.empty()) {
-      j["launch_to_first_kernel_us"] = median(to_first_kernel);
-      j["launch_to_first_gemm_us"] = median(to_first_gemm);
-    }
-    if (!gap.empty()) j["gap_after_previous_forward_us"] = median(gap);
-    return j;
+    return {{"span_us", median_of(&ForwardFigures::span)},
+            {"outside_gemms_us", median_of(&ForwardFigures::outside_gemms)},
+            {"first_kernel_to_first_gemm_us", median_of(&ForwardFigures::first_gemm)},
+            {"launch_to_first_kernel_us", median_of(&ForwardFigures::launch_to_first_kernel)},
+            {"launch_to_first_gemm_us", median_of(&ForwardFigures::launch_to_first_gemm)},
+            {"gap_after_previous_forward_us", median_of(&ForwardFigures::gap)}};
   }
 };
 
@@ -164,7 +141,7 @@ int main(int argc, char** argv) {
         layer.check_status(stream);
         const double untraced_us = time_graph_steady(fwd, stream, warm_seconds, reps, 0, 0).steady.median_ms * 1e3;
         Figures one, queued;
-        std::vector<bench::KernelSpan> layout;  // one forward's kernels, for the table's names
+        std::vector<KernelSpan> layout;  // one forward's kernels, for the table's names
         size_t dropped = 0;
         int one_launch_each = 0;  // back-to-back forwards whose kernels share one correlation id
         {
@@ -178,7 +155,7 @@ int main(int argc, char** argv) {
             (void)trace.take();
           }
           for (int r = 0; r < reps; ++r) {  // one at a time
-            Forward f;
+            ForwardSpans f;
             f.launched = bench::KernelTrace::now();
             graph.launch();
             FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -192,17 +169,15 @@ int main(int argc, char** argv) {
           }
           for (int r = 0; r < reps; ++r) graph.launch();  // back to back
           FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-          const std::vector<bench::KernelSpan> all = trace.take();
-          FP4MOE_CHECK(all.size() == layout.size() * size_t(reps),
-                       model << " T=" << T << ": " << all.size() << " kernels traced for " << reps << " forwards of "
-                             << layout.size());
-          std::vector<Forward> fs(static_cast<size_t>(reps));
-          for (size_t i = 0; i < all.size(); ++i) fs[i / layout.size()].kernels.push_back(all[i]);
+          const std::vector<KernelSpan> all = trace.take();
+          const std::vector<ForwardSpans> fs = split_forwards(all, layout.size());
+          FP4MOE_CHECK(fs.size() == size_t(reps), model << " T=" << T << ": " << all.size() << " kernels traced for "
+                                                         << reps << " forwards of " << layout.size());
           for (size_t r = 0; r < fs.size(); ++r) queued.add(fs[r], r ? &fs[r - 1] : nullptr);
           // the forwards were told apart by count in start order; a graph launch's kernels share its
           // correlation id, which confirms it where CUPTI gives one
-          for (const Forward& f : fs)
-            one_launch_each += std::all_of(f.kernels.begin(), f.kernels.end(), [&](const bench::KernelSpan& k) {
+          for (const ForwardSpans& f : fs)
+            one_launch_each += std::all_of(f.kernels.begin(), f.kernels.end(), [&](const KernelSpan& k) {
               return k.correlation == f.kernels.front().correlation;
             });
           dropped = trace.dropped();

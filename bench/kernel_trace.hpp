@@ -6,18 +6,11 @@
 // KernelTrace at a time in a process (CUPTI's callbacks are global).
 #pragma once
 #include <cstdint>
-#include <string>
 #include <vector>
 
-namespace fp4moe::bench {
+#include "measure/forward_timeline.hpp"
 
-struct KernelSpan {
-  std::string name;          // demangled
-  uint64_t start = 0, end = 0;  // ns, CUPTI's clock (KernelTrace::now)
-  uint32_t correlation = 0;  // the launching API call's: a graph launch's kernels share it
-  uint32_t stream = 0;
-  int64_t ctas = 0;          // the grid's size
-};
+namespace fp4moe::bench {
 
 class KernelTrace {
  public:
