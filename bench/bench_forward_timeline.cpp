@@ -3,9 +3,10 @@
 // Per model and token count, medians over the replays of:
 //   launches         kernels per forward
 //   ramp             graph launch (host) to the first kernel's start, and to
-//                    the first grouped GEMM's start: the first weight byte is
-//                    read within a few hundred ns of it (the warp-specialized
-//                    tiles load weights before they wait for their inputs)
+//                    the first grouped GEMM's start (a dependent launch may
+//                    start it early: it streams weights from then where its
+//                    expert offsets were ready at launch, else from the end
+//                    of the kernel before it)
 //   span             first kernel's start to the last one's end
 //   outside GEMMs    the span less the time some grouped GEMM runs
 // each measured twice: replays one at a time (a synchronisation before each
