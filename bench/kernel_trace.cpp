@@ -64,7 +64,16 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
 }  // namespace
 
 KernelTrace::KernelTrace() {
-  FP4MOE_CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+  static const bool registered = [] {  // once per process
+    FP4MOE_CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    return true;
+  }();
+  (void)registered;
+  {
+    const std::lock_guard<std::mutex> lock(g_mutex);  // what an earlier trace flushed last is not this one's
+    g_spans.clear();
+    g_dropped = 0;
+  }
   FP4MOE_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
 }
 
