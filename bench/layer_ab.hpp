@@ -38,7 +38,11 @@ inline void set_layer_option(LayerOptions& o, const std::string& option) {
   if (option == "balanced-split") o.balanced_split = true;
   else if (option == "shared-expert-in-routed") o.shared_expert_in_routed_gemms = true;
   else if (option == "no-split-k") o.split_k = false;
-  else FP4MOE_CHECK(false, "layer option '" << option << "' is not one of balanced-split, shared-expert-in-routed, no-split-k");
+  else {
+    std::string known;
+    for (const std::string& n : kLayerOptionNames) known += (known.empty() ? "" : ", ") + n;
+    FP4MOE_CHECK(false, "layer option '" << option << "' is not one of " << known);
+  }
 }
 
 struct LayerAb {
